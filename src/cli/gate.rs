@@ -1,0 +1,129 @@
+//! `lessons gate`: the markers of each fact, from arguments or stdin.
+
+use std::io::{self, BufRead, BufWriter, Write};
+
+use clap::Args;
+use lessons::gate::rejection_marker_names;
+
+use super::{emit, Cli, Failure, Outcome};
+
+/// Arguments of `lessons gate`.
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// Facts to check; without any, one fact per stdin line.
+    #[arg(value_name = "TEXT")]
+    pub texts: Vec<String>,
+    /// Read one JSON string or {"text": …} per stdin line; print one {"markers": […]} per line
+    /// (or {"error": "<reason>"} for a malformed line, and go on).
+    #[arg(long, conflicts_with = "texts")]
+    pub json_lines: bool,
+    /// Exit 1 when any fact carries a marker.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let mut any_marker = false;
+    let mut verdict = |out: &mut BufWriter<_>, text: &str, json: bool| -> Result<(), Failure> {
+        let markers = rejection_marker_names(text);
+        any_marker |= !markers.is_empty();
+        let line = if json {
+            serde_json::json!({ "markers": markers }).to_string()
+        } else if markers.is_empty() {
+            "lesson".to_owned()
+        } else {
+            markers.join(", ")
+        };
+        emit(out, &line)
+    };
+
+    if !args.texts.is_empty() {
+        for text in &args.texts {
+            verdict(&mut out, text, cli.json)?;
+        }
+    } else {
+        let stdin = io::stdin();
+        let mut input = stdin.lock();
+        let mut buf = Vec::new();
+        let mut number = 0usize;
+        loop {
+            buf.clear();
+            if input.read_until(b'\n', &mut buf)? == 0 {
+                break;
+            }
+            number += 1;
+            let raw = strip_newline(&buf);
+            let line = match std::str::from_utf8(raw) {
+                Ok(line) => line,
+                Err(_) if args.json_lines => {
+                    emit(&mut out, &error_line("line is not valid UTF-8"))?;
+                    continue;
+                }
+                Err(_) => {
+                    return Err(Failure(format!("stdin line {number} is not valid UTF-8")));
+                }
+            };
+            if args.json_lines {
+                match parse_json_line(line) {
+                    Ok(text) => verdict(&mut out, &text, true)?,
+                    Err(reason) => emit(&mut out, &error_line(&reason))?,
+                }
+            } else {
+                verdict(&mut out, line, cli.json)?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(if args.check && any_marker {
+        Outcome::Found
+    } else {
+        Outcome::Ok
+    })
+}
+
+fn strip_newline(buf: &[u8]) -> &[u8] {
+    let buf = buf.strip_suffix(b"\n").unwrap_or(buf);
+    buf.strip_suffix(b"\r").unwrap_or(buf)
+}
+
+fn error_line(reason: &str) -> String {
+    serde_json::json!({ "error": reason }).to_string()
+}
+
+/// One `--json-lines` input: a JSON string, or an object with a string `text`.
+fn parse_json_line(line: &str) -> Result<String, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("line is not valid JSON: {e}"))?;
+    match value {
+        serde_json::Value::String(text) => Ok(text),
+        serde_json::Value::Object(mut map) => match map.remove("text") {
+            Some(serde_json::Value::String(text)) => Ok(text),
+            Some(_) => Err("\"text\" must be a string".to_owned()),
+            None => Err("object has no \"text\" field".to_owned()),
+        },
+        _ => Err("line must be a JSON string or an object with a \"text\" string".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_json_line;
+
+    #[test]
+    fn json_lines_accepts_strings_and_text_objects() {
+        assert_eq!(parse_json_line(r#""PR 1""#).as_deref(), Ok("PR 1"));
+        assert_eq!(
+            parse_json_line(r#"{"text":"x","other":1}"#).as_deref(),
+            Ok("x")
+        );
+        assert!(parse_json_line(r#"{"text":1}"#)
+            .unwrap_err()
+            .contains("must be a string"));
+        assert!(parse_json_line("[1]").unwrap_err().contains("JSON string"));
+        assert!(parse_json_line("nope")
+            .unwrap_err()
+            .contains("not valid JSON"));
+    }
+}

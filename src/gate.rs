@@ -1,0 +1,338 @@
+//! The gate: which status and change-description markers does a text carry?
+//!
+//! A fact that carries any marker is status (the state of one pull request at one moment) or a
+//! description of one change, not a lesson, and is never stored. The rules reproduce the reference
+//! bot's JavaScript regular expressions, which run without the Unicode flag:
+//!
+//! - letters match case-insensitively for ASCII only (the Kelvin sign is not `k`);
+//! - a word character is `[A-Za-z0-9_]`, and `\b` sits between a word character and anything else;
+//! - digits are ASCII `0-9`;
+//! - whitespace is JavaScript's set ([`is_js_whitespace`]): U+FEFF is whitespace, U+0085 is not.
+//!
+//! Every pattern below is compiled with `(?i-u)` (ASCII-only folding, ASCII `\b`) and spells the
+//! whitespace class out, so the `regex` crate decides exactly what the reference decides. The
+//! `regex` crate has no look-around; the two markers that need it (`sha` and `count`) are
+//! scanners instead of patterns.
+//!
+//! **Invariant:** [`rejection_markers`] is pure and total: no panics, no IO, time linear in the
+//! text, memory bounded by the text.
+
+use std::sync::LazyLock;
+
+use regex::{Regex, RegexSet};
+
+/// The nine marker names, in the order [`rejection_markers`] reports them.
+pub const MARKER_NAMES: [&str; 9] = [
+    "reference",
+    "sha",
+    "count",
+    "delivery",
+    "identifier",
+    "now",
+    "changed",
+    "unit",
+    "spec-row",
+];
+
+/// A marker: one named reason a text is status or a change description rather than a lesson.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Marker {
+    /// A pull request or issue as the fact's subject, or cited beside a delivery predicate.
+    Reference,
+    /// A commit hash: 7–40 hex characters with at least one digit and one letter.
+    Sha,
+    /// A test or check count beside an outcome word ("10,512 tests passing").
+    Count,
+    /// A delivery predicate ("was merged", "all green", "LGTM", "ready for review").
+    Delivery,
+    /// A run id (`run` + 8 hex) or a branch name with a `/`.
+    Identifier,
+    /// "now documents", "now really uses": what one change made the code do.
+    Now,
+    /// "was added", "have been renamed": what one change did.
+    Changed,
+    /// A plan-unit reference ("unit 3", "unit u12").
+    Unit,
+    /// "spec row" or "spec rows".
+    SpecRow,
+}
+
+impl Marker {
+    /// All markers in report order.
+    pub const ALL: [Marker; 9] = [
+        Marker::Reference,
+        Marker::Sha,
+        Marker::Count,
+        Marker::Delivery,
+        Marker::Identifier,
+        Marker::Now,
+        Marker::Changed,
+        Marker::Unit,
+        Marker::SpecRow,
+    ];
+
+    /// The marker's wire name (`"spec-row"`, `"sha"`, …).
+    pub fn name(self) -> &'static str {
+        MARKER_NAMES[self as usize]
+    }
+
+    /// The marker with this wire name, if any.
+    pub fn from_name(name: &str) -> Option<Marker> {
+        Marker::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+impl std::fmt::Display for Marker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The reference's whitespace set (JavaScript `\s`), as a regex class body.
+const WS: &str = r"\t\n\x0B\x0C\r \u{A0}\u{1680}\u{2000}-\u{200A}\u{2028}\u{2029}\u{202F}\u{205F}\u{3000}\u{FEFF}";
+
+/// Is `c` whitespace in the reference's sense (JavaScript `\s`)?
+///
+/// U+FEFF is whitespace and U+0085 is not — the opposite of Rust's `char::is_whitespace`.
+pub fn is_js_whitespace(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200A}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202F}'
+                | '\u{205F}'
+                | '\u{3000}'
+                | '\u{FEFF}'
+    )
+}
+
+/// Compiles a pattern written with `{S}` (one whitespace character), `{N}` (one non-whitespace
+/// character) and `{W}` (one word character) under ASCII-only case folding and ASCII `\b`.
+fn compile(pattern: &str) -> String {
+    let s = format!("(?u:[{WS}])");
+    let n = format!("(?u:[^{WS}])");
+    let body = pattern
+        .replace("{S}", &s)
+        .replace("{N}", &n)
+        .replace("{W}", "[A-Za-z0-9_]");
+    format!("(?i-u){body}")
+}
+
+/// A delivery predicate: `was|were|is|are` then at most two words then `pushed|merged|approved`;
+/// `all green`; `lgtm`; `ready for review`; `await(s) ci`; `is complete`.
+const DELIVERY: &str = r"\b(?:(?:was|were|is|are){S}+(?:{W}+{S}+){0,2}(?:pushed|merged|approved)|all{S}+green|lgtm|ready{S}+for{S}+review|awaits?{S}+ci|is{S}+complete)\b";
+
+/// The opening-subject form of `reference`: "PR 12", "pull request #3", "issues 4".
+const REFERENCE_SUBJECT: &str = r"^{S}*(?:pr|pull{S}+request|issue|unit)s?{S}*#?[0-9]+\b";
+
+/// A reference inside a clause: `#` and a digit, or `pull/` / `issues/` and a digit.
+const REFERENCE_CITATION: &str = r"#[0-9]|\b(?:pull|issues)/[0-9]";
+
+const IDENTIFIER: &str = r"\brun{S}+[0-9a-f]{8}\b|\bbranch{S}+{N}*/{N}";
+
+const NOW: &str = r"\bnow{S}+(?:{W}+{S}+)?(?:documents|preserves|displays|includes|carries|has|is|supports|shows|maps|controls|applies|uses)\b";
+
+const CHANGED: &str = r"\b(?:was|were|has{S}+been|have{S}+been){S}+(?:implemented|added|updated|fixed|documented|removed|renamed|introduced|extended)\b";
+
+const UNIT: &str = r"\bunit{S}+u?[0-9]+\b";
+
+const SPEC_ROW: &str = r"\bspec{S}+rows?\b";
+
+const OUTCOME: &str = r"\b(?:pass|passes|passing|passed|green|fail|fails|failing|failed)\b";
+
+/// Indexes into [`SIMPLE`]: the markers decided by one pattern over the whole text.
+const SET_SUBJECT: usize = 0;
+const SET_DELIVERY: usize = 1;
+const SET_IDENTIFIER: usize = 2;
+const SET_NOW: usize = 3;
+const SET_CHANGED: usize = 4;
+const SET_UNIT: usize = 5;
+const SET_SPEC_ROW: usize = 6;
+const SET_CITATION: usize = 7;
+const SET_OUTCOME: usize = 8;
+
+struct Patterns {
+    /// One pass over the text answers every whole-text pattern at once.
+    simple: RegexSet,
+    delivery: Regex,
+    citation: Regex,
+    outcome: Regex,
+}
+
+static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| {
+    let all = [
+        REFERENCE_SUBJECT,
+        DELIVERY,
+        IDENTIFIER,
+        NOW,
+        CHANGED,
+        UNIT,
+        SPEC_ROW,
+        REFERENCE_CITATION,
+        OUTCOME,
+    ];
+    let one = |p: &str| Regex::new(&compile(p)).expect("gate pattern compiles");
+    Patterns {
+        simple: RegexSet::new(all.iter().map(|p| compile(p))).expect("gate patterns compile"),
+        delivery: one(DELIVERY),
+        citation: one(REFERENCE_CITATION),
+        outcome: one(OUTCOME),
+    }
+});
+
+/// The markers `text` carries, in [`Marker::ALL`] order. Empty means the text may be a lesson.
+///
+/// Pure and total: any string, any length, never panics.
+///
+/// ```
+/// use lessons::gate::{rejection_markers, Marker};
+/// assert_eq!(rejection_markers("PR 12 was merged"), vec![Marker::Reference, Marker::Delivery]);
+/// assert!(rejection_markers("run npm ci before the license check").is_empty());
+/// ```
+pub fn rejection_markers(text: &str) -> Vec<Marker> {
+    let p = &*PATTERNS;
+    let hits = p.simple.matches(text);
+    let mut out = Vec::new();
+
+    let reference = hits.matched(SET_SUBJECT)
+        || (hits.matched(SET_CITATION)
+            && hits.matched(SET_DELIVERY)
+            && clauses(text).any(|c| p.citation.is_match(c) && p.delivery.is_match(c)));
+    if reference {
+        out.push(Marker::Reference);
+    }
+    if has_sha(text) {
+        out.push(Marker::Sha);
+    }
+    if hits.matched(SET_OUTCOME) && has_count(text, &p.outcome) {
+        out.push(Marker::Count);
+    }
+    let rest = [
+        (SET_DELIVERY, Marker::Delivery),
+        (SET_IDENTIFIER, Marker::Identifier),
+        (SET_NOW, Marker::Now),
+        (SET_CHANGED, Marker::Changed),
+        (SET_UNIT, Marker::Unit),
+        (SET_SPEC_ROW, Marker::SpecRow),
+    ];
+    for (index, marker) in rest {
+        if hits.matched(index) {
+            out.push(marker);
+        }
+    }
+    out
+}
+
+/// The marker names `text` carries, in report order (the wire form of [`rejection_markers`]).
+pub fn rejection_marker_names(text: &str) -> Vec<&'static str> {
+    rejection_markers(text)
+        .into_iter()
+        .map(Marker::name)
+        .collect()
+}
+
+/// Does `text` carry any marker?
+pub fn is_status(text: &str) -> bool {
+    !rejection_markers(text).is_empty()
+}
+
+/// The clauses of `text`: the pieces between runs of `;` `.` `!` `?` `\n` and `—`.
+fn clauses(text: &str) -> impl Iterator<Item = &str> {
+    text.split([';', '.', '!', '?', '\n', '—'])
+        .filter(|c| !c.is_empty())
+}
+
+/// `sha`: a maximal run of ASCII letters and digits, 7 to 40 long, all hexadecimal, with at least
+/// one digit and at least one letter a–f (either case).
+fn has_sha(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_alphanumeric() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let (mut digit, mut letter, mut hex) = (false, false, true);
+        while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+            let b = bytes[i];
+            if b.is_ascii_digit() {
+                digit = true;
+            } else if matches!(b, b'a'..=b'f' | b'A'..=b'F') {
+                letter = true;
+            } else {
+                hex = false;
+            }
+            i += 1;
+        }
+        if hex && digit && letter && (7..=40).contains(&(i - start)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// `count`: some clause holds an outcome word and a number within three tokens of
+/// `test`/`tests`/`checks`/`rows`, tokens being the clause lowercased (full Unicode lowercasing,
+/// as JavaScript's `toLowerCase`) and split on every character outside `a-z0-9`.
+fn has_count(text: &str, outcome: &Regex) -> bool {
+    clauses(text).any(|clause| {
+        if !clause.bytes().any(|b| b.is_ascii_digit()) || !outcome.is_match(clause) {
+            return false;
+        }
+        let lower = clause.to_lowercase();
+        let tokens: Vec<&str> = lower
+            .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit()))
+            .filter(|t| !t.is_empty())
+            .collect();
+        tokens.iter().enumerate().any(|(i, t)| {
+            t.bytes().all(|b| b.is_ascii_digit()) && {
+                let lo = i.saturating_sub(3);
+                let hi = (i + 3).min(tokens.len() - 1);
+                (lo..=hi)
+                    .any(|j| j != i && matches!(tokens[j], "test" | "tests" | "checks" | "rows"))
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(text: &str) -> Vec<&'static str> {
+        rejection_marker_names(text)
+    }
+
+    #[test]
+    fn marker_names_round_trip() {
+        for m in Marker::ALL {
+            assert_eq!(Marker::from_name(m.name()), Some(m));
+        }
+        assert_eq!(Marker::from_name("lesson"), None);
+    }
+
+    #[test]
+    fn js_whitespace_differs_from_rust_where_the_reference_does() {
+        assert!(is_js_whitespace('\u{FEFF}'));
+        assert!(!is_js_whitespace('\u{85}'));
+        assert!(!is_js_whitespace('\u{200B}'));
+    }
+
+    #[test]
+    fn ascii_only_case_folding() {
+        assert_eq!(names("spec row"), ["spec-row"]);
+        assert_eq!(names("SPEC ROWS"), ["spec-row"]);
+        // U+017F LATIN SMALL LETTER LONG S is not `s` for the reference.
+        assert!(names("\u{17F}pec row").is_empty());
+    }
+
+    #[test]
+    fn count_uses_unicode_lowercasing_for_tokens() {
+        // The Kelvin sign lowercases to `k`, so "chec\u{212A}s" is the token "checks".
+        assert_eq!(names("12 chec\u{212A}s failed"), ["count"]);
+        assert!(names("12 checks exist").is_empty());
+    }
+}

@@ -1,0 +1,34 @@
+//! `lessons`: an embedded memory store for coding bots that keeps lessons, not status.
+//!
+//! A bot runs coding agents in many repositories, and each run learns something: a failing check
+//! and its cause, a command that must run first, a convention. `lessons` keeps those lessons and
+//! refuses status — the state of one pull request at one moment — with a deterministic gate.
+//!
+//! ```
+//! use lessons::gate::{rejection_markers, Marker};
+//!
+//! // Status: a pull request's state at one moment. The gate rejects it.
+//! let status = "pull request 1835 pushed at sha 3f9a2c1 with 10,512 tests passing";
+//! assert_eq!(rejection_markers(status), [Marker::Reference, Marker::Sha, Marker::Count]);
+//!
+//! // A lesson: true in a future unrelated run. The gate lets it through.
+//! let lesson = "the license check fails on a tree whose nested node_modules were dropped; \
+//!               a clean npm ci passes; the allowlist is never the fix";
+//! assert!(rejection_markers(lesson).is_empty());
+//! ```
+//!
+//! Modules, one question each (see `ARCHITECTURE.md`):
+//! - [`gate`]: which status and change-description markers does this text carry?
+//! - [`redact`]: which spans of this text are secrets?
+//! - [`text`]: tokens, the dedup key, the sanitized field, the token estimate.
+
+#![forbid(unsafe_code)]
+
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod gate;
+pub mod redact;
+pub mod text;
+
+pub use gate::{rejection_markers, Marker};
+pub use redact::redact_secrets;

@@ -1,0 +1,143 @@
+//! Text: the tokenizer, the dedup normalizer, the field sanitizer and the token estimate.
+//!
+//! Each function reproduces the reference bot byte for byte (the prompt block and the dedup key
+//! depend on it): lowercasing is full Unicode lowercasing (JavaScript's `toLowerCase`, which
+//! `str::to_lowercase` matches), and whitespace is JavaScript's `\s` set
+//! ([`crate::gate::is_js_whitespace`]), not Rust's.
+//!
+//! **Invariant:** every function here is pure and total.
+
+use crate::gate::is_js_whitespace;
+
+/// The keyword tokens of `text`: runs of `[a-z0-9]` after lowercasing, in order, duplicates kept.
+///
+/// ```
+/// assert_eq!(lessons::text::tokenize("Run `npm ci`, then 2x!"), ["run", "npm", "ci", "then", "2x"]);
+/// ```
+pub fn tokenize(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for_each_token(text, |t| out.push(t.to_owned()));
+    out
+}
+
+/// Calls `f` with every token of `text` (see [`tokenize`]) without collecting them.
+pub fn for_each_token(text: &str, mut f: impl FnMut(&str)) {
+    let lower;
+    // Only a non-ASCII character can lowercase into ASCII (the Kelvin sign, dotted capital I),
+    // so an ASCII text needs no allocation beyond the per-token buffer.
+    let source: &str = if text.is_ascii() {
+        text
+    } else {
+        lower = text.to_lowercase();
+        &lower
+    };
+    let mut token = String::new();
+    for b in source.bytes() {
+        if b.is_ascii_alphanumeric() {
+            token.push(b.to_ascii_lowercase() as char);
+        } else if !token.is_empty() {
+            f(&token);
+            token.clear();
+        }
+    }
+    if !token.is_empty() {
+        f(&token);
+    }
+}
+
+/// The dedup key: trimmed, lowercased, every whitespace run collapsed to one space.
+///
+/// ```
+/// assert_eq!(lessons::text::normalize("  Run  NPM\tci \u{FEFF}"), "run npm ci");
+/// ```
+pub fn normalize(text: &str) -> String {
+    collapse_whitespace(&text.to_lowercase())
+}
+
+/// A field made safe for the prompt block: control characters (U+0000–U+001F, U+007F–U+009F,
+/// U+2028, U+2029) become spaces, whitespace runs collapse to one space, the ends are trimmed,
+/// then `&`, `<` and `>` are escaped (`&` first), so no record can forge a fence line.
+///
+/// ```
+/// assert_eq!(lessons::text::sanitize("a\u{0}<b>\n&c"), "a &lt;b&gt; &amp;c");
+/// ```
+pub fn sanitize(text: &str) -> String {
+    let spaced: String = text
+        .chars()
+        .map(|c| if is_control(c) { ' ' } else { c })
+        .collect();
+    let collapsed = collapse_whitespace(&spaced);
+    let mut out = String::with_capacity(collapsed.len());
+    for c in collapsed.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The reference's token estimate: `ceil(UTF-16 length / 4)`.
+pub fn estimate_tokens(text: &str) -> usize {
+    utf16_len(text).div_ceil(4)
+}
+
+/// The length of `text` in UTF-16 code units, the unit every wire limit is counted in.
+pub fn utf16_len(text: &str) -> usize {
+    text.chars().map(char::len_utf16).sum()
+}
+
+fn is_control(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1F}' | '\u{7F}'..='\u{9F}' | '\u{2028}' | '\u{2029}')
+}
+
+/// Trims JavaScript whitespace from both ends and collapses every inner run to one space.
+fn collapse_whitespace(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut pending_space = false;
+    for c in text.chars() {
+        if is_js_whitespace(c) {
+            pending_space = !out.is_empty();
+        } else {
+            if pending_space {
+                out.push(' ');
+                pending_space = false;
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_keeps_duplicates_and_drops_non_ascii_digits() {
+        assert_eq!(tokenize("a A \u{FF11}b b"), ["a", "a", "b", "b"]);
+        assert!(tokenize("— … ").is_empty());
+    }
+
+    #[test]
+    fn kelvin_sign_lowercases_into_a_token() {
+        assert_eq!(tokenize("\u{212A}ey"), ["key"]);
+    }
+
+    #[test]
+    fn u0085_is_not_whitespace_but_is_a_control() {
+        assert_eq!(normalize("a\u{85}b"), "a\u{85}b");
+        assert_eq!(sanitize("a\u{85}b"), "a b");
+    }
+
+    #[test]
+    fn estimate_counts_utf16_units() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        // One astral character is two UTF-16 units.
+        assert_eq!(utf16_len("\u{1F600}"), 2);
+    }
+}

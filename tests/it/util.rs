@@ -1,0 +1,57 @@
+//! Shared helpers: test data files and the built binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// A file under `tests/data`.
+pub fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// Every line of a JSON Lines file under `tests/data`, parsed.
+pub fn jsonl(name: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(data(name)).expect("test data file is readable");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{name} line {}: {e}", i + 1))
+        })
+        .collect()
+}
+
+/// The `lessons` binary under test.
+pub fn lessons() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lessons"))
+}
+
+/// Runs `lessons ARGS` with `stdin` and returns its output.
+pub fn run(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = lessons()
+        .args(args)
+        .env_remove("LESSONS_STORE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the lessons binary starts");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    input
+        .write_all(stdin.as_bytes())
+        .expect("stdin accepts the input");
+    drop(input);
+    child.wait_with_output().expect("the lessons binary exits")
+}
+
+/// The stdout of an output as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// The stderr of an output as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).expect("stderr is UTF-8")
+}
