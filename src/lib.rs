@@ -21,14 +21,31 @@
 //! - [`gate`]: which status and change-description markers does this text carry?
 //! - [`redact`]: which spans of this text are secrets?
 //! - [`text`]: tokens, the dedup key, the sanitized field, the token estimate.
+//! - [`model`]: records, candidates, scope keys, statuses, counts.
+//! - [`plan`]: given a scope's records and candidates, what must a write do?
+//! - [`rank`]: keyword score, recency, the blended score.
+//! - [`store`]: the [`MemoryStore`] contract; [`EmbeddedStore`] (fjall + tantivy) and
+//!   [`InMemoryStore`].
+//! - [`index`]: the tantivy keyword index.
 
 #![forbid(unsafe_code)]
 
+mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gate;
+pub mod index;
+pub mod model;
+pub mod plan;
+pub mod rank;
 pub mod redact;
+pub mod store;
 pub mod text;
 
+pub use error::{Error, ErrorKind, Result};
 pub use gate::{rejection_markers, Marker};
+pub use model::{Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
 pub use redact::redact_secrets;
+pub use store::{
+    Durability, EmbeddedStore, InMemoryStore, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
+};

@@ -1,0 +1,573 @@
+//! The data model: scope keys, records, candidates, statuses and counts, with their validation.
+//!
+//! JSON names are the memory Worker's (camelCase); optional fields are omitted, never `null`.
+//! Lengths that the wire limits are counted in UTF-16 code units, as the reference counts them.
+//!
+//! **Invariant:** a value of [`ScopeKey`] or [`Candidate`] that passed validation obeys every bound
+//! below; the store never re-checks them.
+
+use std::fmt;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::text::utf16_len;
+
+/// The most characters a scope key may have.
+pub const MAX_SCOPE_KEY_CHARS: usize = 200;
+/// The most UTF-16 units a record's text may have.
+pub const MAX_TEXT_UNITS: usize = 4000;
+/// The most UTF-16 units of an id, a thread key or a run id.
+pub const MAX_REF_UNITS: usize = 200;
+/// The most keywords a candidate may carry.
+pub const MAX_KEYWORDS: usize = 256;
+/// The most UTF-16 units of one keyword.
+pub const MAX_KEYWORD_UNITS: usize = 64;
+/// The most bytes of a record's provenance as JSON.
+pub const MAX_PROVENANCE_BYTES: usize = 16 * 1024;
+
+/// Characters a scope key may not hold: whitespace (both JavaScript's and Unicode's), control,
+/// format, private-use and unassigned characters.
+static FORBIDDEN_IN_SCOPE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"[\p{White_Space}\u{FEFF}\p{Cc}\p{Cf}\p{Co}\p{Cn}]")
+        .expect("scope key pattern compiles")
+});
+
+/// Where a record lives: `org:<org>`, `repo:<owner>/<name>`, `channel:<id>`, `user:<id>`.
+///
+/// Non-empty, at most 200 characters, no whitespace, control, format, private-use or unassigned
+/// characters. It never contains NUL, which the store uses as the key separator.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ScopeKey(String);
+
+impl ScopeKey {
+    /// Validates `key`.
+    pub fn parse(key: &str) -> Result<ScopeKey, String> {
+        if key.is_empty() {
+            return Err("scopeKey must not be empty".into());
+        }
+        if key.chars().count() > MAX_SCOPE_KEY_CHARS {
+            return Err(format!(
+                "scopeKey must be at most {MAX_SCOPE_KEY_CHARS} characters"
+            ));
+        }
+        if let Some(m) = FORBIDDEN_IN_SCOPE.find(key) {
+            let c = m.as_str().chars().next().unwrap_or(' ');
+            return Err(format!(
+                "scopeKey must not contain whitespace, control, format, private-use or unassigned characters (found U+{:04X})",
+                c as u32
+            ));
+        }
+        Ok(ScopeKey(key.to_owned()))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The scope kind (`org`, `repo`, `channel`, `user`) if the key has one of those prefixes.
+    pub fn kind(&self) -> Option<&str> {
+        let (kind, rest) = self.0.split_once(':')?;
+        (matches!(kind, "org" | "repo" | "channel" | "user") && !rest.is_empty()).then_some(kind)
+    }
+
+    /// The id of the `seq`-th record of this scope: `mem:<scope>:<seq>`.
+    pub fn record_id(&self, seq: u64) -> String {
+        format!("mem:{}:{seq}", self.0)
+    }
+}
+
+impl fmt::Display for ScopeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ScopeKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ScopeKey::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Splits a record id `mem:<scope>:<seq>` into its scope and sequence number.
+pub fn parse_record_id(id: &str) -> Option<(ScopeKey, u64)> {
+    let rest = id.strip_prefix("mem:")?;
+    let (scope, seq) = rest.rsplit_once(':')?;
+    if seq.is_empty()
+        || !seq.bytes().all(|b| b.is_ascii_digit())
+        || (seq.len() > 1 && seq.starts_with('0'))
+    {
+        return None;
+    }
+    let seq: u64 = seq.parse().ok()?;
+    Some((ScopeKey::parse(scope).ok()?, seq))
+}
+
+/// A fact (a lesson) or a summary (an episode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A lesson: a fact that will still be true in a future unrelated run.
+    Fact,
+    /// One or two impersonal sentences about a run; never gated, never in the window.
+    Summary,
+}
+
+impl Kind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Fact => "fact",
+            Kind::Summary => "summary",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "fact" => Some(Kind::Fact),
+            "summary" => Some(Kind::Summary),
+            _ => None,
+        }
+    }
+}
+
+/// A record's status. Only `active` records are visible to list, retrieve, dedup, restate, the
+/// window and the cap count; the others stay for audit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Visible.
+    Active,
+    /// Replaced by a newer record that named it in `supersedes`.
+    Superseded,
+    /// Forgotten by a person or a bot.
+    Forgotten,
+    /// Pushed out by the scope's cap (least recently used first).
+    Evicted,
+    /// Retired by the sweep because its text carries a gate marker; treated exactly as forgotten.
+    Swept,
+}
+
+impl Status {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Superseded => "superseded",
+            Status::Forgotten => "forgotten",
+            Status::Evicted => "evicted",
+            Status::Swept => "swept",
+        }
+    }
+}
+
+/// A stored record, as on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// `mem:<scopeKey>:<seq>`.
+    pub id: String,
+    /// The scope the record lives in; never changes.
+    pub scope_key: ScopeKey,
+    /// Fact or summary.
+    pub kind: Kind,
+    /// The text; never changes.
+    pub text: String,
+    /// Lowercased keywords; the text's tokens when the writer gave none.
+    pub keywords: Vec<String>,
+    /// Provenance: the thread.
+    pub source_thread_key: String,
+    /// Provenance: the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_run_id: Option<String>,
+    /// Opaque provenance, returned as stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<serde_json::Value>,
+    /// Milliseconds since the epoch; all records of one write share it.
+    pub created_at: i64,
+    /// Absent until the first retrieve or restate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<i64>,
+    /// Times retrieved, restated or deduplicated onto.
+    pub use_count: u64,
+    /// In [0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// The id this record replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<String>,
+    /// Active or one of the retired statuses.
+    pub status: Status,
+}
+
+impl Record {
+    /// The sequence number encoded in the id.
+    pub fn seq(&self) -> Option<u64> {
+        parse_record_id(&self.id).map(|(_, seq)| seq)
+    }
+
+    /// `lastUsedAt ?? createdAt`: the key of recency and eviction.
+    pub fn usage_time(&self) -> i64 {
+        self.last_used_at.unwrap_or(self.created_at)
+    }
+
+    /// Checks a record read from an export: id, scope, bounds.
+    pub fn validate(&self) -> Result<(), String> {
+        let (scope, _) = parse_record_id(&self.id)
+            .ok_or_else(|| format!("id {:?} is not mem:<scopeKey>:<seq>", self.id))?;
+        if scope != self.scope_key {
+            return Err(format!(
+                "id {:?} does not belong to scope {}",
+                self.id, self.scope_key
+            ));
+        }
+        check_text(&self.text)?;
+        check_ref("sourceThreadKey", &self.source_thread_key, true)?;
+        if let Some(run) = &self.source_run_id {
+            check_ref("sourceRunId", run, false)?;
+        }
+        if let Some(c) = self.confidence {
+            check_confidence(c)?;
+        }
+        check_keywords(&self.keywords)?;
+        if let Some(p) = &self.provenance {
+            check_provenance(p, &self.scope_key)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a writer offers; the store decides whether it becomes a record.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    /// Fact or summary.
+    pub kind: Option<Kind>,
+    /// Non-empty after trim, at most 4000 UTF-16 units.
+    pub text: String,
+    /// 1–200 UTF-16 units.
+    pub source_thread_key: String,
+    /// Lowercased on write; the text's tokens when absent or empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keywords: Option<Vec<String>>,
+    /// At most 200 UTF-16 units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_run_id: Option<String>,
+    /// Finite, in [0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// An active record of this scope to replace; empty means absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<String>,
+    /// An active record of this scope that says the same thing; empty means absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restates: Option<String>,
+    /// Opaque provenance (≤ 16 KiB of JSON; its `scopeKey`, if any, must be the write's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<serde_json::Value>,
+}
+
+impl Candidate {
+    /// A fact candidate with `text` from `thread`.
+    pub fn fact(text: impl Into<String>, thread: impl Into<String>) -> Candidate {
+        Candidate {
+            kind: Some(Kind::Fact),
+            text: text.into(),
+            source_thread_key: thread.into(),
+            ..Candidate::default()
+        }
+    }
+
+    /// A summary candidate.
+    pub fn summary(text: impl Into<String>, thread: impl Into<String>) -> Candidate {
+        Candidate {
+            kind: Some(Kind::Summary),
+            ..Candidate::fact(text, thread)
+        }
+    }
+
+    /// Sets `restates`.
+    pub fn restating(mut self, id: impl Into<String>) -> Candidate {
+        self.restates = Some(id.into());
+        self
+    }
+
+    /// Sets `supersedes`.
+    pub fn superseding(mut self, id: impl Into<String>) -> Candidate {
+        self.supersedes = Some(id.into());
+        self
+    }
+
+    /// Sets `confidence`.
+    pub fn with_confidence(mut self, c: f64) -> Candidate {
+        self.confidence = Some(c);
+        self
+    }
+
+    /// Checks every bound and returns the candidate in the form the planner takes: keywords
+    /// lowercased (or the text's tokens), empty pointers removed. `index` names the candidate in
+    /// the reason.
+    pub fn validate(&self, scope: &ScopeKey, index: usize) -> Result<ValidCandidate, String> {
+        let at = |e: String| format!("records[{index}]: {e}");
+        let kind = self
+            .kind
+            .ok_or_else(|| at("kind must be \"fact\" or \"summary\"".into()))?;
+        check_text(&self.text).map_err(at)?;
+        check_ref("sourceThreadKey", &self.source_thread_key, true).map_err(at)?;
+        if let Some(run) = &self.source_run_id {
+            check_ref("sourceRunId", run, false).map_err(at)?;
+        }
+        if let Some(c) = self.confidence {
+            check_confidence(c).map_err(at)?;
+        }
+        let pointer = |name: &str, v: &Option<String>| -> Result<Option<String>, String> {
+            match v.as_deref() {
+                None | Some("") => Ok(None),
+                Some(id) => {
+                    check_ref(name, id, false).map_err(at)?;
+                    Ok(Some(id.to_owned()))
+                }
+            }
+        };
+        let supersedes = pointer("supersedes", &self.supersedes)?;
+        let restates = pointer("restates", &self.restates)?;
+        let keywords = match &self.keywords {
+            Some(k) if !k.is_empty() => {
+                check_keywords(k).map_err(at)?;
+                let mut out: Vec<String> = Vec::with_capacity(k.len());
+                for w in k {
+                    let w = w.to_lowercase();
+                    if !w.is_empty() && !out.contains(&w) {
+                        out.push(w);
+                    }
+                }
+                out
+            }
+            _ => {
+                let mut out: Vec<String> = Vec::new();
+                crate::text::for_each_token(&self.text, |t| {
+                    if !out.iter().any(|w| w == t) {
+                        out.push(t.to_owned());
+                    }
+                });
+                out
+            }
+        };
+        if let Some(p) = &self.provenance {
+            check_provenance(p, scope).map_err(at)?;
+        }
+        Ok(ValidCandidate {
+            kind,
+            text: self.text.clone(),
+            keywords,
+            source_thread_key: self.source_thread_key.clone(),
+            source_run_id: self.source_run_id.clone().filter(|s| !s.is_empty()),
+            confidence: self.confidence,
+            supersedes,
+            restates,
+            provenance: self.provenance.clone(),
+        })
+    }
+}
+
+/// A candidate that passed [`Candidate::validate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidCandidate {
+    /// Fact or summary.
+    pub kind: Kind,
+    /// The text, as given.
+    pub text: String,
+    /// Lowercased, deduplicated keywords.
+    pub keywords: Vec<String>,
+    /// Provenance: the thread.
+    pub source_thread_key: String,
+    /// Provenance: the run.
+    pub source_run_id: Option<String>,
+    /// In [0, 1].
+    pub confidence: Option<f64>,
+    /// A non-empty id, not yet resolved.
+    pub supersedes: Option<String>,
+    /// A non-empty id, not yet resolved.
+    pub restates: Option<String>,
+    /// Opaque provenance.
+    pub provenance: Option<serde_json::Value>,
+}
+
+/// What one write did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteCounts {
+    /// New records.
+    pub inserted: u64,
+    /// Candidates whose normalized text matched an active record (that record's use count rose).
+    pub deduped: u64,
+    /// Candidates that restated an active record (bumped it; inserted nothing).
+    pub restated: u64,
+    /// Records flipped to `superseded` by a new record.
+    pub superseded: u64,
+    /// Records flipped to `evicted` by the cap.
+    pub evicted: u64,
+}
+
+impl std::ops::AddAssign for WriteCounts {
+    fn add_assign(&mut self, o: WriteCounts) {
+        self.inserted += o.inserted;
+        self.deduped += o.deduped;
+        self.restated += o.restated;
+        self.superseded += o.superseded;
+        self.evicted += o.evicted;
+    }
+}
+
+fn check_text(text: &str) -> Result<(), String> {
+    if text.chars().all(crate::gate::is_js_whitespace) {
+        return Err("text must not be empty".into());
+    }
+    if utf16_len(text) > MAX_TEXT_UNITS {
+        return Err(format!(
+            "text must be at most {MAX_TEXT_UNITS} UTF-16 units"
+        ));
+    }
+    Ok(())
+}
+
+fn check_ref(name: &str, value: &str, required: bool) -> Result<(), String> {
+    if required && value.is_empty() {
+        return Err(format!("{name} must not be empty"));
+    }
+    if utf16_len(value) > MAX_REF_UNITS {
+        return Err(format!(
+            "{name} must be at most {MAX_REF_UNITS} UTF-16 units"
+        ));
+    }
+    Ok(())
+}
+
+fn check_confidence(c: f64) -> Result<(), String> {
+    if c.is_finite() && (0.0..=1.0).contains(&c) {
+        Ok(())
+    } else {
+        Err("confidence must be a finite number in [0, 1]".into())
+    }
+}
+
+fn check_keywords(keywords: &[String]) -> Result<(), String> {
+    if keywords.len() > MAX_KEYWORDS {
+        return Err(format!("keywords must hold at most {MAX_KEYWORDS} entries"));
+    }
+    if keywords.iter().any(|k| utf16_len(k) > MAX_KEYWORD_UNITS) {
+        return Err(format!(
+            "each keyword must be at most {MAX_KEYWORD_UNITS} UTF-16 units"
+        ));
+    }
+    Ok(())
+}
+
+fn check_provenance(p: &serde_json::Value, scope: &ScopeKey) -> Result<(), String> {
+    let obj = p
+        .as_object()
+        .ok_or_else(|| "provenance must be an object".to_owned())?;
+    if serde_json::to_string(p).map_or(usize::MAX, |s| s.len()) > MAX_PROVENANCE_BYTES {
+        return Err(format!(
+            "provenance must be at most {MAX_PROVENANCE_BYTES} bytes of JSON"
+        ));
+    }
+    match obj.get("scopeKey") {
+        None => Ok(()),
+        Some(serde_json::Value::String(s)) if s == scope.as_str() => Ok(()),
+        Some(_) => Err("provenance.scopeKey must equal the record's scopeKey".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_keys_validate() {
+        assert!(ScopeKey::parse("repo:acme/app").is_ok());
+        assert!(ScopeKey::parse("channel:slack:C0123").is_ok());
+        assert!(ScopeKey::parse("").is_err());
+        assert!(ScopeKey::parse("repo:acme app").is_err());
+        assert!(ScopeKey::parse("repo:a\u{0}b").is_err());
+        assert!(
+            ScopeKey::parse("repo:a\u{200B}b").is_err(),
+            "format character"
+        );
+        assert!(ScopeKey::parse("repo:a\u{E000}b").is_err(), "private use");
+        assert!(ScopeKey::parse("repo:a\u{FEFF}").is_err());
+        assert!(ScopeKey::parse(&"x".repeat(201)).is_err());
+        assert!(ScopeKey::parse(&"é".repeat(200)).is_ok());
+    }
+
+    #[test]
+    fn record_ids_round_trip() {
+        let scope = ScopeKey::parse("channel:slack:C1").expect("valid");
+        let id = scope.record_id(42);
+        assert_eq!(id, "mem:channel:slack:C1:42");
+        assert_eq!(parse_record_id(&id), Some((scope, 42)));
+        assert_eq!(parse_record_id("mem:org:a:01"), None);
+        assert_eq!(parse_record_id("mem:org:a:"), None);
+        assert_eq!(parse_record_id("org:a:1"), None);
+        assert_eq!(parse_record_id("mem:org:a:99999999999999999999999"), None);
+    }
+
+    #[test]
+    fn candidates_validate_with_reasons() {
+        let scope = ScopeKey::parse("org:acme").expect("valid");
+        let ok = Candidate::fact("Run NPM ci", "t")
+            .validate(&scope, 0)
+            .expect("valid");
+        assert_eq!(ok.keywords, ["run", "npm", "ci"]);
+        let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
+        assert_eq!(
+            blank.expect_err("blank"),
+            "records[3]: text must not be empty"
+        );
+        let long = Candidate::fact("x".repeat(4001), "t").validate(&scope, 0);
+        assert!(long.expect_err("long").contains("4000"));
+        let conf = Candidate::fact("x", "t")
+            .with_confidence(f64::NAN)
+            .validate(&scope, 0);
+        assert!(conf.expect_err("nan").contains("confidence"));
+        let empty_ptr = Candidate::fact("x", "t")
+            .restating("")
+            .validate(&scope, 0)
+            .expect("ok");
+        assert_eq!(empty_ptr.restates, None);
+        let mut foreign = Candidate::fact("x", "t");
+        foreign.provenance = Some(serde_json::json!({"scopeKey": "org:other"}));
+        assert!(foreign.validate(&scope, 0).is_err());
+        let mut kw = Candidate::fact("x", "t");
+        kw.keywords = Some(vec!["NPM".into(), "npm".into(), "Ci".into()]);
+        assert_eq!(kw.validate(&scope, 0).expect("ok").keywords, ["npm", "ci"]);
+    }
+
+    #[test]
+    fn records_serialize_without_nulls() {
+        let r = Record {
+            id: "mem:org:a:0".into(),
+            scope_key: ScopeKey::parse("org:a").expect("valid"),
+            kind: Kind::Fact,
+            text: "t".into(),
+            keywords: vec![],
+            source_thread_key: "th".into(),
+            source_run_id: None,
+            provenance: None,
+            created_at: 5,
+            last_used_at: None,
+            use_count: 0,
+            confidence: None,
+            supersedes: None,
+            status: Status::Active,
+        };
+        let json = serde_json::to_string(&r).expect("serializes");
+        assert!(!json.contains("null"), "{json}");
+        assert!(json.contains("\"scopeKey\":\"org:a\""));
+        assert!(json.contains("\"sourceThreadKey\""));
+    }
+}

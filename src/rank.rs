@@ -1,0 +1,141 @@
+//! Ranking: which query tokens go to the keyword index, and how candidates are scored.
+//!
+//! `retrieve` asks the index for BM25 candidates on the [`match_tokens`] of the query, then ranks
+//! them with the whole query: `0.7 × keyword + 0.3 × recency`, where keyword is the fraction of
+//! query tokens (duplicates kept) found among the record's tokens and recency decays with a
+//! one-week time constant. A record with no query token is dropped. Ties keep the index order.
+//!
+//! **Invariant:** pure; scores are finite for finite inputs.
+
+use std::collections::HashSet;
+
+use crate::model::Record;
+use crate::text::for_each_token;
+
+/// How many distinct query tokens go to the keyword index.
+pub const MAX_MATCH_TOKENS: usize = 24;
+/// The fewest BM25 candidates asked for.
+pub const CANDIDATES_FLOOR: usize = 50;
+/// BM25 candidates asked for per requested record.
+pub const CANDIDATES_PER_LIMIT: usize = 5;
+/// The recency time constant: one week in milliseconds.
+pub const RECENCY_TAU_MS: f64 = 7.0 * 24.0 * 3600.0 * 1000.0;
+/// Weight of the keyword term.
+pub const KEYWORD_WEIGHT: f64 = 0.7;
+/// Weight of the recency term.
+pub const RECENCY_WEIGHT: f64 = 0.3;
+
+/// The query's `MAX_MATCH_TOKENS` longest distinct tokens (ties: earlier first).
+pub fn match_tokens(query_tokens: &[String]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut distinct: Vec<&String> = query_tokens
+        .iter()
+        .filter(|t| seen.insert(t.as_str()))
+        .collect();
+    // A stable sort keeps first-occurrence order among tokens of equal length.
+    distinct.sort_by_key(|t| std::cmp::Reverse(t.len()));
+    distinct
+        .into_iter()
+        .take(MAX_MATCH_TOKENS)
+        .cloned()
+        .collect()
+}
+
+/// How many BM25 candidates to ask for when `limit` records are wanted.
+pub fn candidate_count(limit: usize) -> usize {
+    CANDIDATES_FLOOR.max(CANDIDATES_PER_LIMIT * limit)
+}
+
+/// The set of tokens a record can match: its text's and its keywords'.
+pub fn record_tokens(text: &str, keywords: &[String]) -> HashSet<String> {
+    let mut set = HashSet::new();
+    let mut add = |t: &str| {
+        if !set.contains(t) {
+            set.insert(t.to_owned());
+        }
+    };
+    for_each_token(text, &mut add);
+    for k in keywords {
+        for_each_token(k, &mut add);
+    }
+    set
+}
+
+/// The fraction of `query_tokens` (duplicates kept) found in `tokens`.
+pub fn keyword_score(query_tokens: &[String], tokens: &HashSet<String>) -> f64 {
+    if query_tokens.is_empty() {
+        return 0.0;
+    }
+    let hits = query_tokens.iter().filter(|t| tokens.contains(*t)).count();
+    hits as f64 / query_tokens.len() as f64
+}
+
+/// `exp(-(now - used) / τ)`.
+pub fn recency(now: i64, used: i64) -> f64 {
+    (-((now - used) as f64) / RECENCY_TAU_MS).exp()
+}
+
+/// `0.7 × keyword + 0.3 × recency`.
+pub fn blend(keyword: f64, recency: f64) -> f64 {
+    KEYWORD_WEIGHT * keyword + RECENCY_WEIGHT * recency
+}
+
+/// Ranks `candidates` (in index order) against the whole query and keeps the best `limit`.
+/// Records with no query token are dropped; ties keep index order.
+pub fn rank(
+    query_tokens: &[String],
+    candidates: Vec<Record>,
+    now: i64,
+    limit: usize,
+) -> Vec<Record> {
+    let mut scored: Vec<(f64, Record)> = candidates
+        .into_iter()
+        .filter_map(|r| {
+            let kw = keyword_score(query_tokens, &record_tokens(&r.text, &r.keywords));
+            (kw > 0.0).then(|| (blend(kw, recency(now, r.usage_time())), r))
+        })
+        .collect();
+    // Stable: equal scores keep the index order.
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored.into_iter().take(limit).map(|(_, r)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::tokenize;
+
+    #[test]
+    fn match_tokens_are_the_longest_distinct_earlier_first() {
+        let q = tokenize("aa bbb aa c dddd bbb eee");
+        assert_eq!(match_tokens(&q), ["dddd", "bbb", "eee", "aa", "c"]);
+        let many: Vec<String> = (0..40).map(|i| format!("t{i:02}")).collect();
+        let picked = match_tokens(&many);
+        assert_eq!(picked.len(), 24);
+        assert_eq!(picked[0], "t00");
+        assert_eq!(picked[23], "t23");
+    }
+
+    #[test]
+    fn keyword_counts_duplicate_query_tokens() {
+        let q = tokenize("npm npm ci yarn");
+        let set = record_tokens("run npm ci", &[]);
+        assert!((keyword_score(&q, &set) - 0.75).abs() < 1e-12);
+        let kw = record_tokens("x", &["Yarn".to_owned()]);
+        assert!((keyword_score(&q, &kw) - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn recency_halves_roughly_every_five_days() {
+        assert!((recency(0, 0) - 1.0).abs() < 1e-12);
+        let week = RECENCY_TAU_MS as i64;
+        assert!((recency(week, 0) - (-1.0f64).exp()).abs() < 1e-12);
+        assert!((blend(1.0, 1.0) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn candidate_count_has_a_floor() {
+        assert_eq!(candidate_count(1), 50);
+        assert_eq!(candidate_count(20), 100);
+    }
+}

@@ -1,0 +1,313 @@
+//! Key layouts and value encodings of the embedded store.
+//!
+//! Keys start with the scope key and a NUL (a scope key never holds NUL), so one scope's entries
+//! are one contiguous prefix and no scope's prefix is another's. Integers are big-endian, and
+//! signed ones have their sign bit flipped, so byte order is numeric order.
+//!
+//! | keyspace | key | value |
+//! |---|---|---|
+//! | `active` | scope, 0, kind, !seq | record |
+//! | `retired` | scope, 0, seq | record |
+//! | `norms` | scope, 0, fnv1a64(normalized text), seq | empty |
+//! | `usage` | scope, 0, lastUsedAt ?? createdAt, createdAt, seq | empty |
+//! | `scopes` | scope | next seq, active count |
+//! | `counters` | day, scope | day counters |
+//! | `outbox` | operation | ids whose index entry must be refreshed |
+//! | `meta` | name | format version |
+//!
+//! `!seq` (bitwise not) makes a forward prefix scan of (scope, kind) newest first: the window
+//! read reads exactly the records it returns.
+//!
+//! Values are one format-version byte, then postcard. An unknown version is an error.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::{Kind, Record, ScopeKey, Status};
+
+/// The version byte in front of every value.
+pub const FORMAT_VERSION: u8 = 1;
+
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    let mut out = vec![FORMAT_VERSION];
+    let body =
+        postcard::to_stdvec(value).map_err(|e| Error::format(format!("encoding a value: {e}")))?;
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION, body)) => {
+            postcard::from_bytes(body).map_err(|e| Error::format(format!("{what} does not decode: {e}")))
+        }
+        Some((v, _)) => Err(Error::format(format!(
+            "{what} has format version {v}; this build reads version {FORMAT_VERSION} (upgrade lessons)"
+        ))),
+        None => Err(Error::format(format!("{what} is empty"))),
+    }
+}
+
+fn scope_prefix(scope: &str, extra: usize) -> Vec<u8> {
+    let mut k = Vec::with_capacity(scope.len() + 1 + extra);
+    k.extend_from_slice(scope.as_bytes());
+    k.push(0);
+    k
+}
+
+/// Every key of one scope in a scope-prefixed keyspace.
+pub fn scope_key_prefix(scope: &ScopeKey) -> Vec<u8> {
+    scope_prefix(scope.as_str(), 0)
+}
+
+pub fn kind_byte(kind: Kind) -> u8 {
+    match kind {
+        Kind::Fact => 0,
+        Kind::Summary => 1,
+    }
+}
+
+/// The prefix of a scope's active records of one kind, newest first.
+pub fn active_prefix(scope: &ScopeKey, kind: Kind) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 9);
+    k.push(kind_byte(kind));
+    k
+}
+
+pub fn active_key(scope: &ScopeKey, kind: Kind, seq: u64) -> Vec<u8> {
+    let mut k = active_prefix(scope, kind);
+    k.extend_from_slice(&(!seq).to_be_bytes());
+    k
+}
+
+pub fn retired_key(scope: &ScopeKey, seq: u64) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 8);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// FNV-1a, 64 bits: stable across builds and platforms, unlike std's hasher. A collision only
+/// costs a comparison: every hit is checked against the record's text.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+pub fn norm_prefix(scope: &ScopeKey, norm: &str) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 16);
+    k.extend_from_slice(&fnv1a64(norm.as_bytes()).to_be_bytes());
+    k
+}
+
+pub fn norm_key(scope: &ScopeKey, norm: &str, seq: u64) -> Vec<u8> {
+    let mut k = norm_prefix(scope, norm);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn ordered(v: i64) -> [u8; 8] {
+    ((v as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+pub fn usage_key(scope: &ScopeKey, usage: i64, created: i64, seq: u64) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 24);
+    k.extend_from_slice(&ordered(usage));
+    k.extend_from_slice(&ordered(created));
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The last 8 bytes of a key as a big-endian sequence number.
+pub fn trailing_seq(key: &[u8]) -> Option<u64> {
+    let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
+    Some(u64::from_be_bytes(tail))
+}
+
+pub fn counters_key(day: i64, scope: &ScopeKey) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + scope.as_str().len());
+    k.extend_from_slice(&ordered(day));
+    k.extend_from_slice(scope.as_str().as_bytes());
+    k
+}
+
+pub fn counters_from(day: i64) -> [u8; 8] {
+    ordered(day)
+}
+
+/// Splits a counters key into its day and scope.
+pub fn parse_counters_key(key: &[u8]) -> Option<(i64, ScopeKey)> {
+    let (day, scope) = key.split_at_checked(8)?;
+    let day = (u64::from_be_bytes(day.try_into().ok()?) ^ (1 << 63)) as i64;
+    let scope = ScopeKey::parse(std::str::from_utf8(scope).ok()?).ok()?;
+    Some((day, scope))
+}
+
+/// A scope's bookkeeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeMeta {
+    /// The sequence number of the next insert.
+    pub next_seq: u64,
+    /// Active records.
+    pub active: u64,
+}
+
+fn status_byte(s: Status) -> u8 {
+    match s {
+        Status::Active => 0,
+        Status::Superseded => 1,
+        Status::Forgotten => 2,
+        Status::Evicted => 3,
+        Status::Swept => 4,
+    }
+}
+
+fn status_from(b: u8) -> Result<Status> {
+    Ok(match b {
+        0 => Status::Active,
+        1 => Status::Superseded,
+        2 => Status::Forgotten,
+        3 => Status::Evicted,
+        4 => Status::Swept,
+        other => return Err(Error::format(format!("unknown record status {other}"))),
+    })
+}
+
+/// A record as stored: explicit byte tags, provenance as JSON text (postcard cannot carry a
+/// self-describing JSON value).
+#[derive(Serialize, Deserialize)]
+struct StoredRecord {
+    scope: String,
+    seq: u64,
+    kind: u8,
+    status: u8,
+    text: String,
+    keywords: Vec<String>,
+    source_thread_key: String,
+    source_run_id: Option<String>,
+    provenance: Option<String>,
+    created_at: i64,
+    last_used_at: Option<i64>,
+    use_count: u64,
+    confidence: Option<f64>,
+    supersedes: Option<String>,
+}
+
+pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
+    let provenance = match &r.provenance {
+        Some(p) => Some(
+            serde_json::to_string(p)
+                .map_err(|e| Error::format(format!("encoding provenance: {e}")))?,
+        ),
+        None => None,
+    };
+    encode(&StoredRecord {
+        scope: r.scope_key.as_str().to_owned(),
+        seq,
+        kind: kind_byte(r.kind),
+        status: status_byte(r.status),
+        text: r.text.clone(),
+        keywords: r.keywords.clone(),
+        source_thread_key: r.source_thread_key.clone(),
+        source_run_id: r.source_run_id.clone(),
+        provenance,
+        created_at: r.created_at,
+        last_used_at: r.last_used_at,
+        use_count: r.use_count,
+        confidence: r.confidence,
+        supersedes: r.supersedes.clone(),
+    })
+}
+
+pub fn decode_record(bytes: &[u8]) -> Result<Record> {
+    let s: StoredRecord = decode(bytes, "a record")?;
+    let scope =
+        ScopeKey::parse(&s.scope).map_err(|e| Error::format(format!("a stored record: {e}")))?;
+    let kind = match s.kind {
+        0 => Kind::Fact,
+        1 => Kind::Summary,
+        other => return Err(Error::format(format!("unknown record kind {other}"))),
+    };
+    let provenance = match s.provenance {
+        Some(p) => Some(
+            serde_json::from_str(&p)
+                .map_err(|e| Error::format(format!("stored provenance: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Record {
+        id: scope.record_id(s.seq),
+        scope_key: scope,
+        kind,
+        text: s.text,
+        keywords: s.keywords,
+        source_thread_key: s.source_thread_key,
+        source_run_id: s.source_run_id,
+        provenance,
+        created_at: s.created_at,
+        last_used_at: s.last_used_at,
+        use_count: s.use_count,
+        confidence: s.confidence,
+        supersedes: s.supersedes,
+        status: status_from(s.status)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn active_keys_sort_newest_first_within_a_scope_and_kind() {
+        let s = ScopeKey::parse("repo:a/b").expect("valid");
+        assert!(active_key(&s, Kind::Fact, 9) < active_key(&s, Kind::Fact, 3));
+        assert!(active_key(&s, Kind::Fact, 0) < active_key(&s, Kind::Summary, 99));
+        let longer = ScopeKey::parse("repo:a/bc").expect("valid");
+        assert!(!active_key(&longer, Kind::Fact, 1).starts_with(&active_prefix(&s, Kind::Fact)));
+    }
+
+    #[test]
+    fn usage_keys_order_by_time_then_created_then_seq() {
+        let s = ScopeKey::parse("org:a").expect("valid");
+        assert!(usage_key(&s, -5, 0, 0) < usage_key(&s, 3, 0, 0));
+        assert!(usage_key(&s, 3, 1, 9) < usage_key(&s, 3, 2, 0));
+        assert!(usage_key(&s, 3, 2, 1) < usage_key(&s, 3, 2, 2));
+        assert_eq!(trailing_seq(&usage_key(&s, 3, 2, 77)), Some(77));
+    }
+
+    #[test]
+    fn unknown_versions_are_errors_not_panics() {
+        let bytes = encode(&ScopeMeta {
+            next_seq: 3,
+            active: 2,
+        })
+        .expect("encodes");
+        assert_eq!(
+            decode::<ScopeMeta>(&bytes, "meta")
+                .expect("decodes")
+                .next_seq,
+            3
+        );
+        let mut future = bytes.clone();
+        future[0] = 9;
+        let e = decode::<ScopeMeta>(&future, "meta").expect_err("version 9");
+        assert!(e.to_string().contains("format version 9"), "{e}");
+        assert!(decode::<ScopeMeta>(&[], "meta").is_err());
+        assert!(decode_record(&[FORMAT_VERSION, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn counters_keys_round_trip() {
+        let s = ScopeKey::parse("user:slack:U1").expect("valid");
+        let k = counters_key(20_000, &s);
+        assert_eq!(parse_counters_key(&k), Some((20_000, s)));
+        assert!(
+            counters_key(1, &ScopeKey::parse("z:z").expect("valid"))
+                < counters_key(2, &ScopeKey::parse("a:a").expect("valid"))
+        );
+    }
+}

@@ -1,0 +1,1187 @@
+//! `EmbeddedStore`: records in fjall, keyword search in tantivy, one atomic batch per write.
+//!
+//! Write path (per scope, under that scope's lock): read the scope's bookkeeping, read what the
+//! planner needs (point lookups, never a scan), plan, then apply everything — inserts, bumps,
+//! flips, evictions, the scope's bookkeeping, the day's counters and one outbox entry — as one
+//! fjall batch, fsynced unless the store was opened [`Durability::Buffered`]. Only then are the
+//! index changes staged in tantivy's writer and the write acknowledged.
+//!
+//! Index consistency: the outbox entry names every record whose index document the write
+//! changes. An indexer thread commits tantivy in groups (every 32 operations or 200 ms) with the
+//! highest fully-applied operation as the commit's payload (the watermark), then trims the
+//! outbox up to it. On open, outbox entries above the watermark are replayed; a missing
+//! watermark or a document count that disagrees with the records triggers a rebuild.
+//!
+//! Read-your-writes: operations staged but not yet committed are kept in memory by scope;
+//! `retrieve` adds their records to the BM25 candidates, so a write is visible to `retrieve` as
+//! soon as `write` returns. Stale index entries are harmless: every hit is hydrated from fjall
+//! and dropped unless active.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode, Readable};
+use parking_lot::{Condvar, Mutex};
+
+use super::codec::{self, ScopeMeta};
+use super::{
+    day_of, format_day, list_filter_matches, system_clock, validate_limit, validate_query,
+    validate_write, Clock, DayCounters, DayStats, ImportReport, ListQuery, MemoryStore,
+    SweepReceipt, WriteOptions,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::index::{IndexOp, KeywordIndex};
+use crate::model::{parse_record_id, Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
+use crate::plan::{self, ActiveMeta, DEFAULT_CAP, MAX_CAP};
+use crate::rank::{candidate_count, match_tokens, rank, record_tokens};
+use crate::text::{normalize, tokenize};
+
+/// When a write is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// After the batch is fsynced: survives power loss. The default.
+    #[default]
+    Sync,
+    /// After the batch is in the OS page cache: survives a crash of this process, not a power
+    /// loss; several times faster.
+    Buffered,
+}
+
+/// Configures and opens an [`EmbeddedStore`]. The directory goes to the last call.
+#[derive(Clone)]
+pub struct EmbeddedStoreBuilder {
+    cap: usize,
+    durability: Durability,
+    clock: Option<Clock>,
+    commit_every: usize,
+    commit_interval: Duration,
+}
+
+impl Default for EmbeddedStoreBuilder {
+    fn default() -> Self {
+        EmbeddedStoreBuilder {
+            cap: DEFAULT_CAP,
+            durability: Durability::Sync,
+            clock: None,
+            commit_every: 32,
+            commit_interval: Duration::from_millis(200),
+        }
+    }
+}
+
+impl EmbeddedStoreBuilder {
+    /// The default cap of active records per scope (1–10000; default 500).
+    pub fn cap(mut self, cap: usize) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// When writes are acknowledged (default: after fsync).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Where the store reads the time (default: the wall clock).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Commit the keyword index after this many operations (default 32) or this long after the
+    /// first uncommitted one (default 200 ms), whichever comes first.
+    pub fn index_commit(mut self, every: usize, interval: Duration) -> Self {
+        self.commit_every = every.max(1);
+        self.commit_interval = interval;
+        self
+    }
+
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(self, dir: impl AsRef<Path>) -> Result<EmbeddedStore> {
+        EmbeddedStore::open_with(self, dir.as_ref())
+    }
+}
+
+struct Keyspaces {
+    active: Keyspace,
+    retired: Keyspace,
+    norms: Keyspace,
+    usage: Keyspace,
+    scopes: Keyspace,
+    counters: Keyspace,
+    outbox: Keyspace,
+    meta: Keyspace,
+}
+
+/// Index operations between their outbox entry and the tantivy commit that covers them.
+#[derive(Default)]
+struct Ops {
+    /// The next operation number.
+    next: u64,
+    /// Allocated but not yet staged: the watermark must stay below the smallest.
+    in_flight: BTreeSet<u64>,
+    /// Staged, not yet committed: operation → (scope, seq) of each record it changed.
+    pending: BTreeMap<u64, Vec<(ScopeKey, u64)>>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    db: Database,
+    ks: Keyspaces,
+    index: KeywordIndex,
+    scope_locks: Mutex<HashMap<ScopeKey, Arc<Mutex<()>>>>,
+    ops: Mutex<Ops>,
+    wake: Condvar,
+    stop: AtomicBool,
+    /// Set when staging or committing the index failed; the outbox keeps the gap for the next
+    /// open and `doctor` reports it.
+    index_degraded: AtomicBool,
+    persist: Option<PersistMode>,
+    clock: Clock,
+    cap: usize,
+    commit_every: usize,
+    commit_interval: Duration,
+}
+
+/// The embedded store: see the module docs.
+pub struct EmbeddedStore {
+    shared: Arc<Shared>,
+    indexer: Option<JoinHandle<()>>,
+}
+
+/// What `doctor` found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    /// Active records in fjall.
+    pub active_records: u64,
+    /// Documents in the keyword index.
+    pub indexed_documents: u64,
+    /// Active records the index does not hold (first 20).
+    pub missing_from_index: Vec<String>,
+    /// Records whose bookkeeping disagrees with their keys (first 20).
+    pub problems: Vec<String>,
+    /// Whether an index operation failed since open.
+    pub index_degraded: bool,
+}
+
+impl Health {
+    /// Nothing to repair.
+    pub fn is_ok(&self) -> bool {
+        self.active_records == self.indexed_documents
+            && self.missing_from_index.is_empty()
+            && self.problems.is_empty()
+            && !self.index_degraded
+    }
+}
+
+fn st(doing: &str) -> impl FnOnce(fjall::Error) -> Error + '_ {
+    move |e| Error::storage(doing, e)
+}
+
+impl EmbeddedStore {
+    /// A builder with the defaults: cap 500, fsync per write, wall clock.
+    pub fn builder() -> EmbeddedStoreBuilder {
+        EmbeddedStoreBuilder::default()
+    }
+
+    /// Opens (or creates) a store in `dir` with the defaults.
+    pub fn open(dir: impl AsRef<Path>) -> Result<EmbeddedStore> {
+        EmbeddedStore::builder().open(dir)
+    }
+
+    fn open_with(b: EmbeddedStoreBuilder, dir: &Path) -> Result<EmbeddedStore> {
+        if !(1..=MAX_CAP).contains(&b.cap) {
+            return Err(Error::invalid(format!(
+                "cap must be between 1 and {MAX_CAP}"
+            )));
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let db = match Database::builder(dir.join("records"))
+            .max_journaling_size(64 << 20)
+            .open()
+        {
+            Ok(db) => db,
+            Err(fjall::Error::Locked) => {
+                return Err(Error::new(
+                    ErrorKind::Locked,
+                    format!(
+                        "the store {} is held by another process (a running `lessons serve`?); pass --server URL to use that server instead",
+                        dir.display()
+                    ),
+                ))
+            }
+            Err(e) => return Err(Error::storage(format!("opening {}", dir.display()), e)),
+        };
+        let open_ks = |name: &str| {
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(8 << 20)
+            })
+            .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))
+        };
+        let ks = Keyspaces {
+            active: open_ks("active")?,
+            retired: open_ks("retired")?,
+            norms: open_ks("norms")?,
+            usage: open_ks("usage")?,
+            scopes: open_ks("scopes")?,
+            counters: open_ks("counters")?,
+            outbox: open_ks("outbox")?,
+            meta: open_ks("meta")?,
+        };
+        match ks
+            .meta
+            .get("format")
+            .map_err(st("reading the format version"))?
+        {
+            Some(v) if v.as_ref() == [codec::FORMAT_VERSION] => {}
+            Some(v) => {
+                return Err(Error::format(format!(
+                    "the store {} has format version {:?}; this build reads version {}",
+                    dir.display(),
+                    v.as_ref(),
+                    codec::FORMAT_VERSION
+                )))
+            }
+            None => ks
+                .meta
+                .insert("format", [codec::FORMAT_VERSION])
+                .map_err(st("writing the format version"))?,
+        }
+        let opened = KeywordIndex::open(&dir.join("index"))?;
+        let shared = Arc::new(Shared {
+            dir: dir.to_owned(),
+            db,
+            ks,
+            index: opened.index,
+            scope_locks: Mutex::new(HashMap::new()),
+            ops: Mutex::new(Ops::default()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            index_degraded: AtomicBool::new(false),
+            persist: match b.durability {
+                Durability::Sync => Some(PersistMode::SyncData),
+                Durability::Buffered => None,
+            },
+            clock: b.clock.unwrap_or_else(system_clock),
+            cap: b.cap,
+            commit_every: b.commit_every,
+            commit_interval: b.commit_interval,
+        });
+        shared.recover(opened.watermark)?;
+        let worker = Arc::clone(&shared);
+        let indexer = std::thread::Builder::new()
+            .name("lessons-indexer".into())
+            .spawn(move || worker.run_indexer())
+            .map_err(|e| Error::io("starting the indexer thread", e))?;
+        Ok(EmbeddedStore {
+            shared,
+            indexer: Some(indexer),
+        })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Commits the keyword index now and makes every acknowledged write durable on disk.
+    pub fn flush(&self) -> Result<()> {
+        self.shared.commit_index()?;
+        self.shared
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(st("persisting the journal"))
+    }
+
+    /// Checks that the index holds exactly the active records.
+    pub fn check(&self) -> Result<Health> {
+        self.shared.commit_index()?;
+        self.shared.check()
+    }
+
+    /// Rebuilds the keyword index from the records.
+    pub fn repair(&self) -> Result<Health> {
+        self.shared.rebuild_index()?;
+        self.shared.index_degraded.store(false, Ordering::SeqCst);
+        self.shared.check()
+    }
+
+    /// Stops the indexer, commits the index and persists the records; reports what failed.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_indexer();
+        self.flush()
+    }
+
+    fn stop_indexer(&mut self) {
+        if let Some(handle) = self.indexer.take() {
+            self.shared.stop.store(true, Ordering::SeqCst);
+            self.shared.wake.notify_all();
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.stop_indexer();
+        let _ = self.flush();
+    }
+}
+
+impl Shared {
+    fn scope_lock(&self, scope: &ScopeKey) -> Arc<Mutex<()>> {
+        let mut locks = self.scope_locks.lock();
+        Arc::clone(locks.entry(scope.clone()).or_default())
+    }
+
+    fn batch(&self) -> OwnedWriteBatch {
+        self.db.batch().durability(self.persist)
+    }
+
+    fn scope_meta(&self, scope: &ScopeKey) -> Result<ScopeMeta> {
+        match self
+            .ks
+            .scopes
+            .get(scope.as_str())
+            .map_err(st("reading a scope"))?
+        {
+            Some(v) => codec::decode(&v, "a scope's bookkeeping"),
+            None => Ok(ScopeMeta::default()),
+        }
+    }
+
+    /// The active record `seq` of `scope`, whichever its kind.
+    fn load_active(&self, scope: &ScopeKey, seq: u64) -> Result<Option<Record>> {
+        for kind in [Kind::Fact, Kind::Summary] {
+            if let Some(v) = self
+                .ks
+                .active
+                .get(codec::active_key(scope, kind, seq))
+                .map_err(st("reading a record"))?
+            {
+                return codec::decode_record(&v).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    fn load_any(&self, scope: &ScopeKey, seq: u64) -> Result<Option<Record>> {
+        if let Some(r) = self.load_active(scope, seq)? {
+            return Ok(Some(r));
+        }
+        match self
+            .ks
+            .retired
+            .get(codec::retired_key(scope, seq))
+            .map_err(st("reading a record"))?
+        {
+            Some(v) => codec::decode_record(&v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn add_day(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        scope: &ScopeKey,
+        now: i64,
+        f: impl FnOnce(&mut DayCounters),
+    ) -> Result<()> {
+        let key = codec::counters_key(day_of(now), scope);
+        let mut day: DayCounters =
+            match self.ks.counters.get(&key).map_err(st("reading counters"))? {
+                Some(v) => codec::decode(&v, "a day's counters")?,
+                None => DayCounters::default(),
+            };
+        f(&mut day);
+        batch.insert(&self.ks.counters, key, codec::encode(&day)?);
+        Ok(())
+    }
+
+    /// Writes an active record's keys: the record, its dedup key, its usage key.
+    fn put_active(&self, batch: &mut OwnedWriteBatch, r: &Record, seq: u64) -> Result<()> {
+        let scope = &r.scope_key;
+        batch.insert(
+            &self.ks.active,
+            codec::active_key(scope, r.kind, seq),
+            codec::encode_record(r, seq)?,
+        );
+        batch.insert(
+            &self.ks.norms,
+            codec::norm_key(scope, &normalize(&r.text), seq),
+            [],
+        );
+        batch.insert(
+            &self.ks.usage,
+            codec::usage_key(scope, r.usage_time(), r.created_at, seq),
+            [],
+        );
+        Ok(())
+    }
+
+    /// Moves an active record (as stored: `old`) to the retired keyspace with `status`.
+    fn retire(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        old: &Record,
+        seq: u64,
+        status: Status,
+    ) -> Result<()> {
+        let scope = &old.scope_key;
+        batch.remove(&self.ks.active, codec::active_key(scope, old.kind, seq));
+        batch.remove(
+            &self.ks.norms,
+            codec::norm_key(scope, &normalize(&old.text), seq),
+        );
+        batch.remove(
+            &self.ks.usage,
+            codec::usage_key(scope, old.usage_time(), old.created_at, seq),
+        );
+        let mut r = old.clone();
+        r.status = status;
+        batch.insert(
+            &self.ks.retired,
+            codec::retired_key(scope, seq),
+            codec::encode_record(&r, seq)?,
+        );
+        Ok(())
+    }
+
+    /// Rewrites an active record whose counts or times changed.
+    fn update_active(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        old: &Record,
+        new: &Record,
+        seq: u64,
+    ) -> Result<()> {
+        let scope = &new.scope_key;
+        batch.insert(
+            &self.ks.active,
+            codec::active_key(scope, new.kind, seq),
+            codec::encode_record(new, seq)?,
+        );
+        if old.usage_time() != new.usage_time() {
+            batch.remove(
+                &self.ks.usage,
+                codec::usage_key(scope, old.usage_time(), old.created_at, seq),
+            );
+            batch.insert(
+                &self.ks.usage,
+                codec::usage_key(scope, new.usage_time(), new.created_at, seq),
+                [],
+            );
+        }
+        Ok(())
+    }
+
+    fn allocate_op(&self) -> u64 {
+        let mut ops = self.ops.lock();
+        let op = ops.next;
+        ops.next += 1;
+        ops.in_flight.insert(op);
+        op
+    }
+
+    /// Commits `batch` with an outbox entry for `refs` (when any), stages the index changes,
+    /// and registers them as pending.
+    fn commit_with_outbox(
+        &self,
+        mut batch: OwnedWriteBatch,
+        refs: Vec<(ScopeKey, u64)>,
+        ops_for_index: Vec<IndexOp>,
+    ) -> Result<()> {
+        if refs.is_empty() {
+            return batch.commit().map_err(st("committing a write"));
+        }
+        let op = self.allocate_op();
+        let ids: Vec<String> = refs.iter().map(|(s, seq)| s.record_id(*seq)).collect();
+        let result = codec::encode(&ids).and_then(|v| {
+            batch.insert(&self.ks.outbox, op.to_be_bytes(), v);
+            batch.commit().map_err(st("committing a write"))
+        });
+        if let Err(e) = result {
+            self.ops.lock().in_flight.remove(&op);
+            return Err(e);
+        }
+        if self.index.stage(&ops_for_index).is_err() {
+            // The write is durable and its outbox entry stays (the op never leaves in_flight,
+            // so the watermark cannot pass it); the next open replays it.
+            self.index_degraded.store(true, Ordering::SeqCst);
+            return Ok(());
+        }
+        let wake = {
+            let mut ops = self.ops.lock();
+            ops.in_flight.remove(&op);
+            ops.pending.insert(op, refs);
+            ops.pending.len() >= self.commit_every
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    fn upsert_op(r: &Record) -> IndexOp {
+        IndexOp::Upsert {
+            id: r.id.clone(),
+            scope: r.scope_key.as_str().to_owned(),
+            text: r.text.clone(),
+            keywords: r.keywords.clone(),
+        }
+    }
+
+    fn meta_of(r: &Record, seq: u64) -> ActiveMeta {
+        ActiveMeta {
+            seq,
+            norm: normalize(&r.text),
+            created_at: r.created_at,
+            last_used_at: r.last_used_at,
+            use_count: r.use_count,
+            confidence: r.confidence,
+        }
+    }
+
+    // ---- the indexer ----
+
+    /// The highest operation with every operation at or below it staged.
+    fn watermark(ops: &Ops) -> u64 {
+        match ops.in_flight.first() {
+            Some(&first) => first.saturating_sub(1),
+            None => ops.next.saturating_sub(1),
+        }
+    }
+
+    fn run_indexer(&self) {
+        loop {
+            {
+                let mut ops = self.ops.lock();
+                if !self.stop.load(Ordering::SeqCst) && ops.pending.len() < self.commit_every {
+                    if ops.pending.is_empty() {
+                        self.wake.wait_for(&mut ops, self.commit_interval);
+                    } else {
+                        // Let a group form, but never hold a write back longer than the interval.
+                        self.wake.wait_for(&mut ops, self.commit_interval);
+                    }
+                }
+            }
+            if self.commit_index().is_err() {
+                self.index_degraded.store(true, Ordering::SeqCst);
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    /// Commits everything staged, then trims the outbox up to the watermark.
+    fn commit_index(&self) -> Result<()> {
+        let (watermark, covered) = {
+            let ops = self.ops.lock();
+            if ops.pending.is_empty() {
+                return Ok(());
+            }
+            let w = Self::watermark(&ops);
+            (
+                w,
+                ops.pending
+                    .range(..=w)
+                    .map(|(op, _)| *op)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        self.index.commit(watermark)?;
+        let mut batch = self.db.batch();
+        for op in &covered {
+            batch.remove(&self.ks.outbox, op.to_be_bytes());
+        }
+        batch.commit().map_err(st("trimming the index outbox"))?;
+        let mut ops = self.ops.lock();
+        for op in covered {
+            ops.pending.remove(&op);
+        }
+        Ok(())
+    }
+
+    // ---- recovery and doctor ----
+
+    fn recover(&self, watermark: Option<u64>) -> Result<()> {
+        let mut entries: Vec<(u64, Vec<String>)> = Vec::new();
+        for g in self.ks.outbox.iter() {
+            let (k, v) = g.into_inner().map_err(st("reading the index outbox"))?;
+            let op = codec::trailing_seq(&k)
+                .ok_or_else(|| Error::format("an outbox key is not 8 bytes"))?;
+            entries.push((op, codec::decode(&v, "an outbox entry")?));
+        }
+        let last = entries.last().map(|(op, _)| *op);
+        let top = last.unwrap_or(0).max(watermark.unwrap_or(0));
+        self.ops.lock().next = top + 1;
+        match watermark {
+            None => self.rebuild_index_at(top)?,
+            Some(w) => {
+                let mut replay = Vec::new();
+                for (op, ids) in &entries {
+                    if *op > w {
+                        for id in ids {
+                            replay.push(self.current_op(id)?);
+                        }
+                    }
+                }
+                if !replay.is_empty() {
+                    self.index.stage(&replay)?;
+                }
+                if !replay.is_empty() || last.is_some() {
+                    self.index.commit(top)?;
+                }
+                let mut batch = self.db.batch();
+                for (op, _) in &entries {
+                    batch.remove(&self.ks.outbox, op.to_be_bytes());
+                }
+                batch.commit().map_err(st("trimming the index outbox"))?;
+                if self.index.num_docs() != self.active_total()? {
+                    self.rebuild_index_at(top)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The index operation that brings `id`'s document up to date with fjall.
+    fn current_op(&self, id: &str) -> Result<IndexOp> {
+        let active = match parse_record_id(id) {
+            Some((scope, seq)) => self.load_active(&scope, seq)?,
+            None => None,
+        };
+        Ok(match active {
+            Some(r) => Self::upsert_op(&r),
+            None => IndexOp::Delete { id: id.to_owned() },
+        })
+    }
+
+    fn active_total(&self) -> Result<u64> {
+        let mut total = 0;
+        for g in self.ks.scopes.iter() {
+            let v = g.value().map_err(st("reading scopes"))?;
+            total += codec::decode::<ScopeMeta>(&v, "a scope's bookkeeping")?.active;
+        }
+        Ok(total)
+    }
+
+    fn rebuild_index(&self) -> Result<()> {
+        // Hold every pending operation back: the rebuild reads the records as they are now.
+        self.commit_index()?;
+        let top = Self::watermark(&self.ops.lock());
+        self.rebuild_index_at(top)
+    }
+
+    fn rebuild_index_at(&self, watermark: u64) -> Result<()> {
+        let snapshot = self.db.snapshot();
+        let docs = snapshot.iter(&self.ks.active).map(|g| {
+            let v = g.value().map_err(st("reading records"))?;
+            codec::decode_record(&v).map(|r| Self::upsert_op(&r))
+        });
+        self.index.rebuild(docs, watermark)
+    }
+
+    fn check(&self) -> Result<Health> {
+        let mut health = Health {
+            index_degraded: self.index_degraded.load(Ordering::SeqCst),
+            indexed_documents: self.index.num_docs(),
+            ..Health::default()
+        };
+        let mut per_scope: HashMap<ScopeKey, u64> = HashMap::new();
+        let snapshot = self.db.snapshot();
+        for g in snapshot.iter(&self.ks.active) {
+            let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            let r = codec::decode_record(&v)?;
+            health.active_records += 1;
+            *per_scope.entry(r.scope_key.clone()).or_default() += 1;
+            let Some(seq) = r.seq() else { continue };
+            if r.status != Status::Active
+                || k.as_ref() != codec::active_key(&r.scope_key, r.kind, seq).as_slice()
+            {
+                push_first(
+                    &mut health.problems,
+                    format!("{} is stored under the wrong key or status", r.id),
+                );
+            }
+            if !self.index.contains(&r.id)? {
+                push_first(&mut health.missing_from_index, r.id.clone());
+            }
+        }
+        for g in snapshot.iter(&self.ks.scopes) {
+            let (k, v) = g.into_inner().map_err(st("reading scopes"))?;
+            let meta: ScopeMeta = codec::decode(&v, "a scope's bookkeeping")?;
+            let scope = String::from_utf8_lossy(&k).into_owned();
+            let counted = ScopeKey::parse(&scope)
+                .ok()
+                .and_then(|s| per_scope.get(&s).copied())
+                .unwrap_or(0);
+            if counted != meta.active {
+                push_first(
+                    &mut health.problems,
+                    format!(
+                        "{scope} counts {} active records but holds {counted}",
+                        meta.active
+                    ),
+                );
+            }
+        }
+        Ok(health)
+    }
+}
+
+fn push_first(list: &mut Vec<String>, item: String) {
+    if list.len() < 20 {
+        list.push(item);
+    }
+}
+
+impl MemoryStore for EmbeddedStore {
+    fn write(
+        &self,
+        scope: &ScopeKey,
+        candidates: &[Candidate],
+        options: &WriteOptions,
+    ) -> Result<WriteCounts> {
+        let s = &*self.shared;
+        let (valid, cap) = validate_write(scope, candidates, options, s.cap)?;
+        if valid.is_empty() && options.tally.is_none() {
+            return Ok(WriteCounts::default());
+        }
+        let lock = s.scope_lock(scope);
+        let _guard = lock.lock();
+        let now = (s.clock)();
+        let meta = s.scope_meta(scope)?;
+
+        // Read exactly what the planner can need.
+        let needs = plan::needs(scope, &valid, meta.active as usize, cap);
+        let mut loaded: HashMap<u64, Record> = HashMap::new();
+        let mut snapshot = plan::Snapshot {
+            next_seq: meta.next_seq,
+            active_count: meta.active as usize,
+            ..plan::Snapshot::default()
+        };
+        for &seq in &needs.seqs {
+            if let Some(r) = s.load_active(scope, seq)? {
+                snapshot.records.insert(seq, Shared::meta_of(&r, seq));
+                loaded.insert(seq, r);
+            }
+        }
+        for norm in &needs.norms {
+            let mut hits = Vec::new();
+            for g in s.ks.norms.prefix(codec::norm_prefix(scope, norm)) {
+                let k = g.key().map_err(st("reading the dedup index"))?;
+                let Some(seq) = codec::trailing_seq(&k) else {
+                    continue;
+                };
+                if let Some(r) = s.load_active(scope, seq)? {
+                    // The key is a hash: confirm the text really normalizes to `norm`.
+                    if normalize(&r.text) == *norm {
+                        hits.push(Shared::meta_of(&r, seq));
+                        loaded.insert(seq, r);
+                    }
+                }
+            }
+            hits.sort_by_key(|m| m.seq);
+            snapshot.by_norm.insert(norm.clone(), hits);
+        }
+        if needs.eviction_head > 0 {
+            for g in
+                s.ks.usage
+                    .prefix(codec::scope_key_prefix(scope))
+                    .take(needs.eviction_head)
+            {
+                let k = g.key().map_err(st("reading the usage order"))?;
+                let Some(seq) = codec::trailing_seq(&k) else {
+                    continue;
+                };
+                if let Some(r) = s.load_active(scope, seq)? {
+                    snapshot.eviction_head.push(Shared::meta_of(&r, seq));
+                    loaded.insert(seq, r);
+                }
+            }
+        }
+
+        let plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
+
+        let mut batch = s.batch();
+        let mut refs: Vec<(ScopeKey, u64)> = Vec::new();
+        let mut index_ops: Vec<IndexOp> = Vec::new();
+        let mut active = meta.active;
+        for (&seq, touched) in plan.existing_changes() {
+            let Some(old) = loaded.get(&seq) else {
+                return Err(Error::new(
+                    ErrorKind::Storage,
+                    format!("planned a change to unread record {seq}"),
+                ));
+            };
+            if touched.status == Status::Active {
+                let mut new = old.clone();
+                new.use_count = touched.meta.use_count;
+                new.last_used_at = touched.meta.last_used_at;
+                new.confidence = touched.meta.confidence;
+                s.update_active(&mut batch, old, &new, seq)?;
+            } else {
+                s.retire(&mut batch, old, seq, touched.status)?;
+                active -= 1;
+                refs.push((scope.clone(), seq));
+                index_ops.push(IndexOp::Delete { id: old.id.clone() });
+            }
+        }
+        let mut summaries = 0;
+        for insert in &plan.inserts {
+            let c = &valid[insert.candidate];
+            let Some(touched) = plan.touched.get(&insert.seq) else {
+                continue;
+            };
+            let r = Record {
+                id: scope.record_id(insert.seq),
+                scope_key: scope.clone(),
+                kind: c.kind,
+                text: c.text.clone(),
+                keywords: c.keywords.clone(),
+                source_thread_key: c.source_thread_key.clone(),
+                source_run_id: c.source_run_id.clone(),
+                provenance: c.provenance.clone(),
+                created_at: now,
+                last_used_at: touched.meta.last_used_at,
+                use_count: touched.meta.use_count,
+                confidence: touched.meta.confidence,
+                supersedes: insert.supersedes.clone(),
+                status: touched.status,
+            };
+            if c.kind == Kind::Summary {
+                summaries += 1;
+            }
+            if touched.status == Status::Active {
+                s.put_active(&mut batch, &r, insert.seq)?;
+                active += 1;
+                refs.push((scope.clone(), insert.seq));
+                index_ops.push(Shared::upsert_op(&r));
+            } else {
+                batch.insert(
+                    &s.ks.retired,
+                    codec::retired_key(scope, insert.seq),
+                    codec::encode_record(&r, insert.seq)?,
+                );
+            }
+        }
+        let new_meta = ScopeMeta {
+            next_seq: plan.next_seq,
+            active,
+        };
+        if new_meta != meta {
+            batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&new_meta)?);
+        }
+        s.add_day(&mut batch, scope, now, |d| {
+            d.add_write(&plan.counts, summaries, options.tally.as_ref())
+        })?;
+        s.commit_with_outbox(batch, refs, index_ops)?;
+        Ok(plan.counts)
+    }
+
+    fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
+        validate_limit(query.limit)?;
+        let q = query.query.as_deref().unwrap_or("");
+        validate_query(q)?;
+        let q = normalize(q);
+        let s = &*self.shared;
+        let keep = |r: &Record| list_filter_matches(r, &q);
+        let mut out = Vec::with_capacity(query.limit);
+        if let Some(kind) = query.kind {
+            for g in s.ks.active.prefix(codec::active_prefix(scope, kind)) {
+                let v = g.value().map_err(st("reading records"))?;
+                let r = codec::decode_record(&v)?;
+                if keep(&r) {
+                    out.push(r);
+                    if out.len() == query.limit {
+                        break;
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        // Both kinds, newest first: merge two newest-first scans of one consistent snapshot.
+        let snap = s.db.snapshot();
+        let mut facts = snap
+            .prefix(&s.ks.active, codec::active_prefix(scope, Kind::Fact))
+            .peekable();
+        let mut sums = snap
+            .prefix(&s.ks.active, codec::active_prefix(scope, Kind::Summary))
+            .peekable();
+        let mut next_fact: Option<Record> = None;
+        let mut next_sum: Option<Record> = None;
+        while out.len() < query.limit {
+            if next_fact.is_none() {
+                if let Some(g) = facts.next() {
+                    next_fact = Some(codec::decode_record(
+                        &g.value().map_err(st("reading records"))?,
+                    )?);
+                }
+            }
+            if next_sum.is_none() {
+                if let Some(g) = sums.next() {
+                    next_sum = Some(codec::decode_record(
+                        &g.value().map_err(st("reading records"))?,
+                    )?);
+                }
+            }
+            let take_fact = match (&next_fact, &next_sum) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(f), Some(m)) => f.seq() > m.seq(),
+            };
+            let r = if take_fact {
+                next_fact.take()
+            } else {
+                next_sum.take()
+            };
+            if let Some(r) = r.filter(|r| keep(r)) {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+        validate_limit(limit)?;
+        validate_query(query)?;
+        let tokens = tokenize(query);
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = &*self.shared;
+        let wanted = match_tokens(&tokens);
+        let mut ids = s
+            .index
+            .search(scope.as_str(), &wanted, candidate_count(limit))?;
+        // Writes staged since the last index commit: not in the searcher yet.
+        let pending: Vec<u64> = s
+            .ops
+            .lock()
+            .pending
+            .values()
+            .flatten()
+            .filter(|(sc, _)| sc == scope)
+            .map(|(_, seq)| *seq)
+            .collect();
+        let mut seen: std::collections::HashSet<String> = ids.iter().cloned().collect();
+        let mut candidates = Vec::with_capacity(ids.len() + pending.len());
+        for id in ids.drain(..) {
+            if let Some((sc, seq)) = parse_record_id(&id) {
+                if &sc == scope {
+                    if let Some(r) = s.load_active(scope, seq)? {
+                        candidates.push(r);
+                    }
+                }
+            }
+        }
+        for seq in pending {
+            if !seen.insert(scope.record_id(seq)) {
+                continue;
+            }
+            if let Some(r) = s.load_active(scope, seq)? {
+                let set = record_tokens(&r.text, &r.keywords);
+                if wanted.iter().any(|t| set.contains(t)) {
+                    candidates.push(r);
+                }
+            }
+        }
+        let now = (s.clock)();
+        let ranked = rank(&tokens, candidates, now, limit);
+        if ranked.is_empty() {
+            return Ok(ranked);
+        }
+        // Bump under the scope lock, re-reading each record: a write may have changed it.
+        let lock = s.scope_lock(scope);
+        let _guard = lock.lock();
+        // Usage bumps are not worth an fsync each: they survive a process crash, and a power
+        // loss costs at most the last bumps, never a record.
+        let mut batch = s.db.batch();
+        let mut out = Vec::with_capacity(ranked.len());
+        for r in ranked {
+            let Some(seq) = r.seq() else { continue };
+            let Some(old) = s.load_active(scope, seq)? else {
+                continue;
+            };
+            let mut new = old.clone();
+            new.use_count += 1;
+            new.last_used_at = Some(now);
+            s.update_active(&mut batch, &old, &new, seq)?;
+            out.push(new);
+        }
+        batch.commit().map_err(st("recording usage"))?;
+        Ok(out)
+    }
+
+    fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
+        let s = &*self.shared;
+        let Some((sc, seq)) = parse_record_id(id) else {
+            return Ok(false);
+        };
+        if &sc != scope {
+            return Ok(false);
+        }
+        let lock = s.scope_lock(scope);
+        let _guard = lock.lock();
+        let Some(old) = s.load_active(scope, seq)? else {
+            return Ok(false);
+        };
+        let now = (s.clock)();
+        let mut meta = s.scope_meta(scope)?;
+        let mut batch = s.batch();
+        s.retire(&mut batch, &old, seq, Status::Forgotten)?;
+        meta.active = meta.active.saturating_sub(1);
+        batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        s.add_day(&mut batch, scope, now, |d| d.forgotten += 1)?;
+        s.commit_with_outbox(
+            batch,
+            vec![(scope.clone(), seq)],
+            vec![IndexOp::Delete { id: old.id.clone() }],
+        )?;
+        Ok(true)
+    }
+
+    fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
+        let s = &*self.shared;
+        let lock = s.scope_lock(scope);
+        let _guard = lock.lock();
+        let mut marked = Vec::new();
+        for g in s.ks.active.prefix(codec::active_prefix(scope, Kind::Fact)) {
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?)?;
+            if crate::gate::is_status(&r.text) {
+                marked.push(r);
+            }
+        }
+        let receipt = SweepReceipt {
+            swept: marked.len() as u64,
+            ids: marked.iter().map(|r| r.id.clone()).collect(),
+        };
+        if dry_run || marked.is_empty() {
+            return Ok(receipt);
+        }
+        let now = (s.clock)();
+        let mut meta = s.scope_meta(scope)?;
+        let mut batch = s.batch();
+        let mut refs = Vec::new();
+        let mut ops = Vec::new();
+        for r in &marked {
+            let Some(seq) = r.seq() else { continue };
+            s.retire(&mut batch, r, seq, Status::Swept)?;
+            refs.push((scope.clone(), seq));
+            ops.push(IndexOp::Delete { id: r.id.clone() });
+        }
+        meta.active = meta.active.saturating_sub(marked.len() as u64);
+        batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        s.add_day(&mut batch, scope, now, |d| d.swept += receipt.swept)?;
+        s.commit_with_outbox(batch, refs, ops)?;
+        Ok(receipt)
+    }
+
+    fn get(&self, id: &str) -> Result<Option<Record>> {
+        match parse_record_id(id) {
+            Some((scope, seq)) => self.shared.load_any(&scope, seq),
+            None => Ok(None),
+        }
+    }
+
+    fn scopes(&self) -> Result<Vec<ScopeKey>> {
+        let mut out = Vec::new();
+        for g in self.shared.ks.scopes.iter() {
+            let k = g.key().map_err(st("reading scopes"))?;
+            let name =
+                std::str::from_utf8(&k).map_err(|_| Error::format("a scope key is not UTF-8"))?;
+            out.push(ScopeKey::parse(name).map_err(Error::format)?);
+        }
+        Ok(out)
+    }
+
+    fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        let s = &*self.shared;
+        let snap = s.db.snapshot();
+        for scope in self.scopes()? {
+            let prefix = codec::scope_key_prefix(&scope);
+            let mut records = Vec::new();
+            for ks in [&s.ks.active, &s.ks.retired] {
+                for g in snap.prefix(ks, &prefix) {
+                    records.push(codec::decode_record(
+                        &g.value().map_err(st("reading records"))?,
+                    )?);
+                }
+            }
+            records.sort_by_key(|r| r.seq());
+            for r in records {
+                sink(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn import(&self, records: &[Record]) -> Result<ImportReport> {
+        for r in records {
+            r.validate().map_err(Error::invalid)?;
+        }
+        let s = &*self.shared;
+        let mut by_scope: BTreeMap<&ScopeKey, Vec<&Record>> = BTreeMap::new();
+        for r in records {
+            by_scope.entry(&r.scope_key).or_default().push(r);
+        }
+        let mut report = ImportReport::default();
+        for (scope, list) in by_scope {
+            let lock = s.scope_lock(scope);
+            let _guard = lock.lock();
+            let mut meta = s.scope_meta(scope)?;
+            let mut batch = s.batch();
+            let mut refs = Vec::new();
+            let mut ops = Vec::new();
+            let mut seen = BTreeSet::new();
+            for r in list {
+                let Some(seq) = r.seq() else { continue };
+                if !seen.insert(seq) || s.load_any(scope, seq)?.is_some() {
+                    report.skipped += 1;
+                    continue;
+                }
+                if r.status == Status::Active {
+                    s.put_active(&mut batch, r, seq)?;
+                    meta.active += 1;
+                    refs.push((scope.clone(), seq));
+                    ops.push(Shared::upsert_op(r));
+                } else {
+                    batch.insert(
+                        &s.ks.retired,
+                        codec::retired_key(scope, seq),
+                        codec::encode_record(r, seq)?,
+                    );
+                }
+                meta.next_seq = meta.next_seq.max(seq + 1);
+                report.imported += 1;
+            }
+            batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+            s.commit_with_outbox(batch, refs, ops)?;
+        }
+        Ok(report)
+    }
+
+    fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
+        let mut out = Vec::new();
+        for g in self.shared.ks.counters.range(codec::counters_from(since)..) {
+            let (k, v) = g.into_inner().map_err(st("reading counters"))?;
+            let (day, scope) = codec::parse_counters_key(&k)
+                .ok_or_else(|| Error::format("a counters key does not parse"))?;
+            out.push(DayStats {
+                day: format_day(day),
+                scope_key: scope,
+                counters: codec::decode(&v, "a day's counters")?,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,333 @@
+//! `InMemoryStore`: the store contract over plain vectors, written straight from the rules.
+//!
+//! It shares no code with the planner or the embedded store's key layout on purpose: it is the
+//! model the property tests hold the embedded store to. Every operation scans the scope.
+//! `retrieve` has no BM25 stage: every active record with a match token is a candidate, in
+//! newest-first order, so it agrees with the embedded store whenever a scope has no more
+//! matching records than the BM25 candidate count.
+
+use std::collections::BTreeMap;
+
+use parking_lot::Mutex;
+
+use super::{
+    day_of, format_day, list_filter_matches, system_clock, validate_limit, validate_query,
+    validate_write, Clock, DayCounters, DayStats, ImportReport, ListQuery, MemoryStore,
+    SweepReceipt, WriteOptions,
+};
+use crate::error::{Error, Result};
+use crate::model::{parse_record_id, Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
+use crate::plan::DEFAULT_CAP;
+use crate::rank::{match_tokens, rank, record_tokens};
+use crate::text::{normalize, tokenize};
+
+#[derive(Default)]
+struct State {
+    /// Each scope's records by sequence number.
+    scopes: BTreeMap<ScopeKey, BTreeMap<u64, Record>>,
+    counters: BTreeMap<(i64, ScopeKey), DayCounters>,
+}
+
+/// The store contract over plain vectors; see the module docs.
+pub struct InMemoryStore {
+    state: Mutex<State>,
+    clock: Clock,
+    cap: usize,
+}
+
+impl Default for InMemoryStore {
+    fn default() -> Self {
+        InMemoryStore::new()
+    }
+}
+
+impl InMemoryStore {
+    /// An empty store on the wall clock with the default cap.
+    pub fn new() -> InMemoryStore {
+        InMemoryStore::with_clock(system_clock())
+    }
+
+    /// An empty store reading time from `clock`.
+    pub fn with_clock(clock: Clock) -> InMemoryStore {
+        InMemoryStore {
+            state: Mutex::new(State::default()),
+            clock,
+            cap: DEFAULT_CAP,
+        }
+    }
+
+    /// Sets the default cap (1–10000).
+    pub fn with_cap(mut self, cap: usize) -> InMemoryStore {
+        self.cap = cap;
+        self
+    }
+}
+
+type Records = BTreeMap<u64, Record>;
+
+fn active_index(records: &Records, scope: &ScopeKey, id: &Option<String>) -> Option<u64> {
+    let (s, seq) = parse_record_id(id.as_deref()?)?;
+    (&s == scope && records.get(&seq)?.status == Status::Active).then_some(seq)
+}
+
+impl MemoryStore for InMemoryStore {
+    fn write(
+        &self,
+        scope: &ScopeKey,
+        candidates: &[Candidate],
+        options: &WriteOptions,
+    ) -> Result<WriteCounts> {
+        let (valid, cap) = validate_write(scope, candidates, options, self.cap)?;
+        let now = (self.clock)();
+        let mut state = self.state.lock();
+        let records = state.scopes.entry(scope.clone()).or_default();
+        let mut counts = WriteCounts::default();
+        let mut summaries = 0;
+        for c in &valid {
+            if let Some(i) = active_index(records, scope, &c.restates) {
+                let Some(r) = records.get_mut(&i) else {
+                    continue;
+                };
+                r.use_count += 1;
+                r.last_used_at = Some(now);
+                r.confidence = match (r.confidence, c.confidence) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                counts.restated += 1;
+                continue;
+            }
+            let target = active_index(records, scope, &c.supersedes);
+            let norm = normalize(&c.text);
+            let hit = match (&c.supersedes, target) {
+                (None, _) => records
+                    .values()
+                    .find(|r| r.status == Status::Active && normalize(&r.text) == norm)
+                    .and_then(|r| r.seq()),
+                (Some(_), Some(t)) => records
+                    .get(&t)
+                    .filter(|r| normalize(&r.text) == norm)
+                    .map(|_| t),
+                (Some(_), None) => None,
+            };
+            if let Some(r) = hit.and_then(|i| records.get_mut(&i)) {
+                r.use_count += 1;
+                counts.deduped += 1;
+                continue;
+            }
+            let seq = records.keys().next_back().map_or(0, |s| s + 1);
+            let supersedes = target.and_then(|t| records.get(&t)).map(|r| r.id.clone());
+            records.insert(
+                seq,
+                Record {
+                    id: scope.record_id(seq),
+                    scope_key: scope.clone(),
+                    kind: c.kind,
+                    text: c.text.clone(),
+                    keywords: c.keywords.clone(),
+                    source_thread_key: c.source_thread_key.clone(),
+                    source_run_id: c.source_run_id.clone(),
+                    provenance: c.provenance.clone(),
+                    created_at: now,
+                    last_used_at: None,
+                    use_count: 0,
+                    confidence: c.confidence,
+                    supersedes,
+                    status: Status::Active,
+                },
+            );
+            counts.inserted += 1;
+            if c.kind == Kind::Summary {
+                summaries += 1;
+            }
+            if let Some(r) = target.and_then(|t| records.get_mut(&t)) {
+                r.status = Status::Superseded;
+                counts.superseded += 1;
+            }
+        }
+        let mut active: Vec<(i64, i64, u64)> = records
+            .iter()
+            .filter(|(_, r)| r.status == Status::Active)
+            .map(|(&seq, r)| (r.usage_time(), r.created_at, seq))
+            .collect();
+        if active.len() > cap {
+            active.sort_unstable();
+            for &(_, _, seq) in &active[..active.len() - cap] {
+                if let Some(r) = records.get_mut(&seq) {
+                    r.status = Status::Evicted;
+                    counts.evicted += 1;
+                }
+            }
+        }
+        state
+            .counters
+            .entry((day_of(now), scope.clone()))
+            .or_default()
+            .add_write(&counts, summaries, options.tally.as_ref());
+        Ok(counts)
+    }
+
+    fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
+        validate_limit(query.limit)?;
+        let q = query.query.as_deref().unwrap_or("");
+        validate_query(q)?;
+        let q = normalize(q);
+        let state = self.state.lock();
+        Ok(state
+            .scopes
+            .get(scope)
+            .into_iter()
+            .flat_map(|rs| rs.values().rev())
+            .filter(|r| r.status == Status::Active)
+            .filter(|r| query.kind.is_none_or(|k| r.kind == k))
+            .filter(|r| list_filter_matches(r, &q))
+            .take(query.limit)
+            .cloned()
+            .collect())
+    }
+
+    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+        validate_limit(limit)?;
+        validate_query(query)?;
+        let tokens = tokenize(query);
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted = match_tokens(&tokens);
+        let now = (self.clock)();
+        let mut state = self.state.lock();
+        let Some(records) = state.scopes.get_mut(scope) else {
+            return Ok(Vec::new());
+        };
+        let candidates: Vec<Record> = records
+            .values()
+            .rev()
+            .filter(|r| r.status == Status::Active)
+            .filter(|r| {
+                let set = record_tokens(&r.text, &r.keywords);
+                wanted.iter().any(|t| set.contains(t))
+            })
+            .cloned()
+            .collect();
+        let mut out = rank(&tokens, candidates, now, limit);
+        for r in &mut out {
+            if let Some(stored) = r.seq().and_then(|s| records.get_mut(&s)) {
+                stored.use_count += 1;
+                stored.last_used_at = Some(now);
+                *r = stored.clone();
+            }
+        }
+        Ok(out)
+    }
+
+    fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
+        let mut state = self.state.lock();
+        let now = (self.clock)();
+        let Some(records) = state.scopes.get_mut(scope) else {
+            return Ok(false);
+        };
+        let Some(r) =
+            active_index(records, scope, &Some(id.to_owned())).and_then(|i| records.get_mut(&i))
+        else {
+            return Ok(false);
+        };
+        r.status = Status::Forgotten;
+        state
+            .counters
+            .entry((day_of(now), scope.clone()))
+            .or_default()
+            .forgotten += 1;
+        Ok(true)
+    }
+
+    fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
+        let mut state = self.state.lock();
+        let now = (self.clock)();
+        let mut receipt = SweepReceipt::default();
+        let Some(records) = state.scopes.get_mut(scope) else {
+            return Ok(receipt);
+        };
+        for r in records.values_mut().rev() {
+            if r.status == Status::Active && r.kind == Kind::Fact && crate::gate::is_status(&r.text)
+            {
+                receipt.ids.push(r.id.clone());
+                if !dry_run {
+                    r.status = Status::Swept;
+                }
+            }
+        }
+        receipt.swept = receipt.ids.len() as u64;
+        if !dry_run && receipt.swept > 0 {
+            state
+                .counters
+                .entry((day_of(now), scope.clone()))
+                .or_default()
+                .swept += receipt.swept;
+        }
+        Ok(receipt)
+    }
+
+    fn get(&self, id: &str) -> Result<Option<Record>> {
+        let Some((scope, seq)) = parse_record_id(id) else {
+            return Ok(None);
+        };
+        let state = self.state.lock();
+        Ok(state
+            .scopes
+            .get(&scope)
+            .and_then(|rs| rs.get(&seq))
+            .cloned())
+    }
+
+    fn scopes(&self) -> Result<Vec<ScopeKey>> {
+        Ok(self.state.lock().scopes.keys().cloned().collect())
+    }
+
+    fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        let all: Vec<Record> = self
+            .state
+            .lock()
+            .scopes
+            .values()
+            .flat_map(|rs| rs.values())
+            .cloned()
+            .collect();
+        for r in all {
+            sink(r)?;
+        }
+        Ok(())
+    }
+
+    fn import(&self, records: &[Record]) -> Result<ImportReport> {
+        for r in records {
+            r.validate().map_err(Error::invalid)?;
+        }
+        let mut state = self.state.lock();
+        let mut report = ImportReport::default();
+        for r in records {
+            let Some(seq) = r.seq() else { continue };
+            let list = state.scopes.entry(r.scope_key.clone()).or_default();
+            if list.contains_key(&seq) {
+                report.skipped += 1;
+                continue;
+            }
+            list.insert(seq, r.clone());
+            report.imported += 1;
+        }
+        Ok(report)
+    }
+
+    fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
+        let state = self.state.lock();
+        Ok(state
+            .counters
+            .iter()
+            .filter(|((day, _), _)| *day >= since)
+            .map(|((day, scope), c)| DayStats {
+                day: format_day(*day),
+                scope_key: scope.clone(),
+                counters: c.clone(),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,318 @@
+//! The store: the [`MemoryStore`] contract and its implementations.
+//!
+//! - [`EmbeddedStore`]: records in fjall, keyword search in tantivy, one atomic batch per write.
+//! - [`InMemoryStore`]: the same contract over plain vectors, written straight from the rules
+//!   (scans, no planner, no index): the model the embedded store is tested against, and a fast
+//!   store for tests of later layers.
+//!
+//! **Invariant:** only this module knows key encodings and fjall.
+
+mod codec;
+mod embedded;
+mod memory;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health};
+pub use memory::InMemoryStore;
+
+use crate::error::{Error, Result};
+use crate::model::{Candidate, Kind, Record, ScopeKey, ValidCandidate, WriteCounts};
+use crate::plan::MAX_CAP;
+use crate::text::utf16_len;
+
+/// The most records `list` and `retrieve` answer.
+pub const MAX_LIMIT: usize = 50;
+/// The most candidates one write takes.
+pub const MAX_BATCH: usize = 50;
+/// The most UTF-16 units of a query.
+pub const MAX_QUERY_UNITS: usize = 4000;
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+/// Where a store reads the time; tests pass a fake one.
+pub type Clock = Arc<dyn Fn() -> Millis + Send + Sync>;
+
+/// The wall clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    })
+}
+
+/// What a reflection adds to a write's day counters beyond what the store decides itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Facts the extractor offered.
+    pub offered: u64,
+    /// Facts the gate rejected, by marker name.
+    pub rejected: BTreeMap<String, u64>,
+}
+
+/// Options of one write.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WriteOptions {
+    /// The scope's cap for this write (1–10000); the store's default when absent.
+    pub cap: Option<usize>,
+    /// Reflection counts recorded atomically with the write.
+    pub tally: Option<Tally>,
+}
+
+/// Filters of `list`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    /// At most this many records (1–50).
+    pub limit: usize,
+    /// Only this kind.
+    pub kind: Option<Kind>,
+    /// Only records whose normalized text contains this normalized query.
+    pub query: Option<String>,
+}
+
+impl ListQuery {
+    /// The newest `limit` records of any kind.
+    pub fn newest(limit: usize) -> ListQuery {
+        ListQuery {
+            limit,
+            kind: None,
+            query: None,
+        }
+    }
+
+    /// The window read: the newest `limit` facts.
+    pub fn window(limit: usize) -> ListQuery {
+        ListQuery {
+            limit,
+            kind: Some(Kind::Fact),
+            query: None,
+        }
+    }
+}
+
+/// The answer of a sweep.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReceipt {
+    /// Facts flipped to `swept` (or that would be, under a dry run).
+    pub swept: u64,
+    /// Their ids (always collected; the wire shows them under a dry run).
+    pub ids: Vec<String>,
+}
+
+/// The answer of an import.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportReport {
+    /// Records written.
+    pub imported: u64,
+    /// Records whose id the store already held (left untouched).
+    pub skipped: u64,
+}
+
+/// What happened in one scope on one UTC day.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DayCounters {
+    /// Facts an extractor offered.
+    pub offered: u64,
+    /// Facts the gate rejected, by marker.
+    pub rejected: BTreeMap<String, u64>,
+    /// Candidates that restated a record.
+    pub restated: u64,
+    /// Records inserted (facts and summaries).
+    pub inserted: u64,
+    /// Candidates deduplicated onto a record.
+    pub deduped: u64,
+    /// Records superseded.
+    pub superseded: u64,
+    /// Records evicted by the cap.
+    pub evicted: u64,
+    /// Facts swept for carrying a marker.
+    pub swept: u64,
+    /// Records forgotten.
+    pub forgotten: u64,
+    /// Summaries inserted.
+    pub summaries: u64,
+}
+
+impl DayCounters {
+    /// Adds what one write did.
+    pub fn add_write(&mut self, counts: &WriteCounts, summaries: u64, tally: Option<&Tally>) {
+        self.restated += counts.restated;
+        self.inserted += counts.inserted;
+        self.deduped += counts.deduped;
+        self.superseded += counts.superseded;
+        self.evicted += counts.evicted;
+        self.summaries += summaries;
+        if let Some(t) = tally {
+            self.offered += t.offered;
+            for (marker, n) in &t.rejected {
+                *self.rejected.entry(marker.clone()).or_default() += n;
+            }
+        }
+    }
+
+    /// Adds another day's counters.
+    pub fn merge(&mut self, o: &DayCounters) {
+        self.offered += o.offered;
+        for (marker, n) in &o.rejected {
+            *self.rejected.entry(marker.clone()).or_default() += n;
+        }
+        self.restated += o.restated;
+        self.inserted += o.inserted;
+        self.deduped += o.deduped;
+        self.superseded += o.superseded;
+        self.evicted += o.evicted;
+        self.swept += o.swept;
+        self.forgotten += o.forgotten;
+        self.summaries += o.summaries;
+    }
+
+    /// Total rejections.
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.values().sum()
+    }
+}
+
+/// One scope's counters on one day.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DayStats {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    /// The scope.
+    pub scope_key: ScopeKey,
+    /// The counters.
+    pub counters: DayCounters,
+}
+
+/// The memory store contract, shared by the embedded, in-memory and remote stores.
+///
+/// Every method validates its input and answers [`ErrorKind::Invalid`](crate::ErrorKind) with a
+/// reason; none panics on any input.
+pub trait MemoryStore: Send + Sync {
+    /// Writes `candidates` to `scope` (restate, dedup, insert, supersede, then evict to the cap)
+    /// as one atomic batch, and answers what happened.
+    fn write(
+        &self,
+        scope: &ScopeKey,
+        candidates: &[Candidate],
+        options: &WriteOptions,
+    ) -> Result<WriteCounts>;
+
+    /// Active records, newest first; never bumps usage.
+    fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>>;
+
+    /// The best `limit` active records for `query`; bumps every returned record.
+    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>>;
+
+    /// Flips an active record of `scope` to `forgotten`; `false` if there was none.
+    fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool>;
+
+    /// Flips every active fact of `scope` that carries a gate marker to `swept`.
+    fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt>;
+
+    /// The record with this id, whatever its status.
+    fn get(&self, id: &str) -> Result<Option<Record>>;
+
+    /// Every scope that holds a record.
+    fn scopes(&self) -> Result<Vec<ScopeKey>>;
+
+    /// Every record, scope by scope, in sequence order.
+    fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()>;
+
+    /// Writes whole records as they are (ids, statuses and counts kept); ids already held are
+    /// skipped. Import never evicts.
+    fn import(&self, records: &[Record]) -> Result<ImportReport>;
+
+    /// Counters per scope per day, from day `since` (days since the epoch, UTC) on.
+    fn stats(&self, since: i64) -> Result<Vec<DayStats>>;
+}
+
+/// Validates a write's candidates and cap.
+pub(crate) fn validate_write(
+    scope: &ScopeKey,
+    candidates: &[Candidate],
+    options: &WriteOptions,
+    default_cap: usize,
+) -> Result<(Vec<ValidCandidate>, usize)> {
+    if candidates.len() > MAX_BATCH {
+        return Err(Error::invalid(format!(
+            "records must hold at most {MAX_BATCH} candidates"
+        )));
+    }
+    let cap = options.cap.unwrap_or(default_cap);
+    if !(1..=MAX_CAP).contains(&cap) {
+        return Err(Error::invalid(format!(
+            "cap must be between 1 and {MAX_CAP}"
+        )));
+    }
+    let valid = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.validate(scope, i).map_err(Error::invalid))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((valid, cap))
+}
+
+pub(crate) fn validate_limit(limit: usize) -> Result<()> {
+    if (1..=MAX_LIMIT).contains(&limit) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )))
+    }
+}
+
+pub(crate) fn validate_query(query: &str) -> Result<()> {
+    if utf16_len(query) > MAX_QUERY_UNITS {
+        Err(Error::invalid(format!(
+            "query must be at most {MAX_QUERY_UNITS} UTF-16 units"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// Does `record` pass `list`'s text filter?
+pub(crate) fn list_filter_matches(record: &Record, normalized_query: &str) -> bool {
+    normalized_query.is_empty() || crate::text::normalize(&record.text).contains(normalized_query)
+}
+
+/// The UTC day (days since the epoch) of a time.
+pub fn day_of(ms: Millis) -> i64 {
+    ms.div_euclid(86_400_000)
+}
+
+/// `YYYY-MM-DD` of a day number (days since 1970-01-01, proleptic Gregorian).
+pub fn format_day(day: i64) -> String {
+    // Howard Hinnant's civil_from_days.
+    let z = day + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_format_as_utc_dates() {
+        assert_eq!(format_day(0), "1970-01-01");
+        assert_eq!(format_day(day_of(1_795_996_800_000)), "2026-11-30");
+        assert_eq!(format_day(-1), "1969-12-31");
+        assert_eq!(format_day(day_of(951_782_400_000)), "2000-02-29");
+    }
+}
