@@ -425,13 +425,14 @@ impl Shared {
         Ok(())
     }
 
-    /// Moves an active record (as stored: `old`) to the retired keyspace with `status`.
+    /// Moves an active record to the retired keyspace: `old` (as stored) names the keys to
+    /// remove; `kept` (its retired status, plus any bump of the same write) is what stays.
     fn retire(
         &self,
         batch: &mut OwnedWriteBatch,
         old: &Record,
+        kept: &Record,
         seq: u64,
-        status: Status,
     ) -> Result<()> {
         let scope = &old.scope_key;
         batch.remove(&self.ks.active, codec::active_key(scope, old.kind, seq));
@@ -443,12 +444,10 @@ impl Shared {
             &self.ks.usage,
             codec::usage_key(scope, old.usage_time(), old.created_at, seq),
         );
-        let mut r = old.clone();
-        r.status = status;
         batch.insert(
             &self.ks.retired,
             codec::retired_key(scope, seq),
-            codec::encode_record(&r, seq)?,
+            codec::encode_record(kept, seq)?,
         );
         Ok(())
     }
@@ -737,6 +736,13 @@ impl Shared {
     }
 }
 
+/// `r` with `status`.
+fn with_status(r: &Record, status: Status) -> Record {
+    let mut out = r.clone();
+    out.status = status;
+    out
+}
+
 fn push_first(list: &mut Vec<String>, item: String) {
     if list.len() < 20 {
         list.push(item);
@@ -822,14 +828,15 @@ impl MemoryStore for EmbeddedStore {
                     format!("planned a change to unread record {seq}"),
                 ));
             };
+            let mut new = old.clone();
+            new.use_count = touched.meta.use_count;
+            new.last_used_at = touched.meta.last_used_at;
+            new.confidence = touched.meta.confidence;
+            new.status = touched.status;
             if touched.status == Status::Active {
-                let mut new = old.clone();
-                new.use_count = touched.meta.use_count;
-                new.last_used_at = touched.meta.last_used_at;
-                new.confidence = touched.meta.confidence;
                 s.update_active(&mut batch, old, &new, seq)?;
             } else {
-                s.retire(&mut batch, old, seq, touched.status)?;
+                s.retire(&mut batch, old, &new, seq)?;
                 active -= 1;
                 refs.push((scope.clone(), seq));
                 index_ops.push(IndexOp::Delete { id: old.id.clone() });
@@ -960,10 +967,9 @@ impl MemoryStore for EmbeddedStore {
         }
         let s = &*self.shared;
         let wanted = match_tokens(&tokens);
-        let mut ids = s
-            .index
-            .search(scope.as_str(), &wanted, candidate_count(limit))?;
-        // Writes staged since the last index commit: not in the searcher yet.
+        // Writes staged since the last index commit, read before the search: the indexer
+        // reloads the searcher before it forgets a pending write, so every acknowledged write
+        // is in one of the two.
         let pending: Vec<u64> = s
             .ops
             .lock()
@@ -973,6 +979,9 @@ impl MemoryStore for EmbeddedStore {
             .filter(|(sc, _)| sc == scope)
             .map(|(_, seq)| *seq)
             .collect();
+        let mut ids = s
+            .index
+            .search(scope.as_str(), &wanted, candidate_count(limit))?;
         let mut seen: std::collections::HashSet<String> = ids.iter().cloned().collect();
         let mut candidates = Vec::with_capacity(ids.len() + pending.len());
         for id in ids.drain(..) {
@@ -1038,7 +1047,7 @@ impl MemoryStore for EmbeddedStore {
         let now = (s.clock)();
         let mut meta = s.scope_meta(scope)?;
         let mut batch = s.batch();
-        s.retire(&mut batch, &old, seq, Status::Forgotten)?;
+        s.retire(&mut batch, &old, &with_status(&old, Status::Forgotten), seq)?;
         meta.active = meta.active.saturating_sub(1);
         batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
         s.add_day(&mut batch, scope, now, |d| d.forgotten += 1)?;
@@ -1075,7 +1084,7 @@ impl MemoryStore for EmbeddedStore {
         let mut ops = Vec::new();
         for r in &marked {
             let Some(seq) = r.seq() else { continue };
-            s.retire(&mut batch, r, seq, Status::Swept)?;
+            s.retire(&mut batch, r, &with_status(r, Status::Swept), seq)?;
             refs.push((scope.clone(), seq));
             ops.push(IndexOp::Delete { id: r.id.clone() });
         }

@@ -3,5 +3,7 @@
 mod cli;
 mod fuzz_corpus;
 mod gate;
+mod model_check;
+mod store;
 mod text;
 mod util;

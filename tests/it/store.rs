@@ -1,0 +1,824 @@
+//! The store contract, run against every implementation, plus what only the embedded store has
+//! (reopen, locking, format versions, index repair).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lessons::store::{Clock, Tally};
+use lessons::{
+    Candidate, Durability, EmbeddedStore, InMemoryStore, Kind, ListQuery, MemoryStore, ScopeKey,
+    Status, WriteCounts, WriteOptions,
+};
+
+/// A clock the test moves by hand.
+#[derive(Clone)]
+pub struct FakeClock(pub Arc<AtomicI64>);
+
+impl FakeClock {
+    pub fn new(start: i64) -> FakeClock {
+        FakeClock(Arc::new(AtomicI64::new(start)))
+    }
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+    pub fn clock(&self) -> Clock {
+        let t = Arc::clone(&self.0);
+        Arc::new(move || t.load(Ordering::SeqCst))
+    }
+}
+
+pub fn scope(s: &str) -> ScopeKey {
+    ScopeKey::parse(s).expect("valid scope key")
+}
+
+fn opts() -> WriteOptions {
+    WriteOptions::default()
+}
+
+/// 2026-11-30T00:00:00Z.
+pub const T0: i64 = 1_795_996_800_000;
+
+type Make = fn(&FakeClock, &tempfile::TempDir) -> Box<dyn MemoryStore>;
+
+fn embedded(clock: &FakeClock, dir: &tempfile::TempDir) -> Box<dyn MemoryStore> {
+    Box::new(
+        EmbeddedStore::builder()
+            .clock(clock.clock())
+            .durability(Durability::Buffered)
+            .open(dir.path())
+            .expect("the store opens"),
+    )
+}
+
+fn in_memory(clock: &FakeClock, _: &tempfile::TempDir) -> Box<dyn MemoryStore> {
+    Box::new(InMemoryStore::with_clock(clock.clock()))
+}
+
+const STORES: [(&str, Make); 2] = [("embedded", embedded), ("in-memory", in_memory)];
+
+/// Runs `f` against a fresh store of every kind.
+fn each(f: impl Fn(&dyn MemoryStore, &FakeClock)) {
+    for (name, make) in STORES {
+        let dir = tempfile::tempdir().expect("a scratch dir");
+        let clock = FakeClock::new(T0);
+        let store = make(&clock, &dir);
+        eprintln!("store: {name}");
+        f(store.as_ref(), &clock);
+    }
+}
+
+fn texts(records: &[lessons::Record]) -> Vec<&str> {
+    records.iter().map(|r| r.text.as_str()).collect()
+}
+
+#[test]
+fn window_is_the_newest_facts_and_list_never_bumps() {
+    each(|store, clock| {
+        let repo = scope("repo:acme/app");
+        for i in 0..30 {
+            let c = if i % 5 == 0 {
+                Candidate::summary(format!("summary {i}"), "th")
+            } else {
+                Candidate::fact(format!("lesson {i}"), "th")
+            };
+            store.write(&repo, &[c], &opts()).expect("write");
+            clock.advance(1);
+        }
+        let window = store.list(&repo, &ListQuery::window(24)).expect("list");
+        assert_eq!(window.len(), 24);
+        assert_eq!(window[0].text, "lesson 29");
+        assert!(window.iter().all(|r| r.kind == Kind::Fact));
+        assert!(window.windows(2).all(|w| w[0].seq() > w[1].seq()));
+        let all = store.list(&repo, &ListQuery::newest(3)).expect("list");
+        assert_eq!(texts(&all), ["lesson 29", "lesson 28", "lesson 27"]);
+        let sums = store
+            .list(
+                &repo,
+                &ListQuery {
+                    limit: 50,
+                    kind: Some(Kind::Summary),
+                    query: None,
+                },
+            )
+            .expect("list");
+        assert_eq!(sums.len(), 6);
+        let filtered = store
+            .list(
+                &repo,
+                &ListQuery {
+                    limit: 50,
+                    kind: None,
+                    query: Some("LESSON 1".into()),
+                },
+            )
+            .expect("list");
+        assert_eq!(
+            texts(&filtered),
+            [
+                "lesson 19",
+                "lesson 18",
+                "lesson 17",
+                "lesson 16",
+                "lesson 14",
+                "lesson 13",
+                "lesson 12",
+                "lesson 11",
+                "lesson 1"
+            ]
+        );
+        assert!(all
+            .iter()
+            .all(|r| r.use_count == 0 && r.last_used_at.is_none()));
+        for bad in [0, 51] {
+            let e = store
+                .list(&repo, &ListQuery::newest(bad))
+                .expect_err("limit");
+            assert!(e.is_invalid() && e.to_string().contains("limit"), "{e}");
+        }
+    });
+}
+
+#[test]
+fn restate_dedup_and_supersede_through_the_store() {
+    each(|store, clock| {
+        let repo = scope("repo:acme/app");
+        let first = Candidate::fact(
+            "the license check fails when nested node_modules are dropped",
+            "t1",
+        )
+        .with_confidence(0.7);
+        let c = store.write(&repo, &[first], &opts()).expect("write");
+        assert_eq!(
+            c,
+            WriteCounts {
+                inserted: 1,
+                ..Default::default()
+            }
+        );
+        let id = "mem:repo:acme/app:0";
+        clock.advance(1000);
+        let again = [
+            Candidate::fact("npm ci fixes the license false positive", "t2")
+                .restating(id)
+                .with_confidence(0.9),
+            Candidate::fact(
+                "The license check fails when nested  node_modules are dropped",
+                "t2",
+            ),
+            Candidate::fact("check:deps-drift names any tree or lockfile drift", "t2"),
+        ];
+        let c = store.write(&repo, &again, &opts()).expect("write");
+        assert_eq!(
+            c,
+            WriteCounts {
+                restated: 1,
+                deduped: 1,
+                inserted: 1,
+                ..Default::default()
+            }
+        );
+        let r = store.get(id).expect("get").expect("exists");
+        assert_eq!(
+            (r.use_count, r.last_used_at, r.confidence),
+            (2, Some(T0 + 1000), Some(0.9))
+        );
+        assert_eq!(
+            r.text,
+            "the license check fails when nested node_modules are dropped"
+        );
+        let c = store
+            .write(
+                &repo,
+                &[
+                    Candidate::fact("drift check: run check:deps-drift before pushing", "t3")
+                        .superseding("mem:repo:acme/app:1"),
+                ],
+                &opts(),
+            )
+            .expect("write");
+        assert_eq!(
+            c,
+            WriteCounts {
+                inserted: 1,
+                superseded: 1,
+                ..Default::default()
+            }
+        );
+        let old = store
+            .get("mem:repo:acme/app:1")
+            .expect("get")
+            .expect("kept for audit");
+        assert_eq!(old.status, Status::Superseded);
+        let new = store
+            .get("mem:repo:acme/app:2")
+            .expect("get")
+            .expect("exists");
+        assert_eq!(new.supersedes.as_deref(), Some("mem:repo:acme/app:1"));
+        assert_eq!(
+            store
+                .list(&repo, &ListQuery::newest(50))
+                .expect("list")
+                .len(),
+            2
+        );
+    });
+}
+
+#[test]
+fn retrieve_ranks_bumps_and_sees_a_write_at_once() {
+    each(|store, clock| {
+        let org = scope("org:acme");
+        store
+            .write(
+                &org,
+                &[Candidate::fact(
+                    "vitest needs the jsdom environment for component tests",
+                    "t",
+                )],
+                &opts(),
+            )
+            .expect("write");
+        clock.advance(3 * 24 * 3600 * 1000);
+        store
+            .write(
+                &org,
+                &[
+                    Candidate::fact("pnpm install must run before vitest", "t"),
+                    Candidate::fact("unrelated deploy note", "t"),
+                ],
+                &opts(),
+            )
+            .expect("write");
+        // Visible immediately, before any index commit.
+        let hits = store
+            .retrieve(&org, "why does vitest fail? pnpm", 8)
+            .expect("retrieve");
+        assert_eq!(
+            texts(&hits),
+            [
+                "pnpm install must run before vitest",
+                "vitest needs the jsdom environment for component tests"
+            ]
+        );
+        assert!(hits
+            .iter()
+            .all(|r| r.use_count == 1 && r.last_used_at == Some(T0 + 3 * 24 * 3600 * 1000)));
+        let stored = store.get(&hits[0].id).expect("get").expect("exists");
+        assert_eq!(stored.use_count, 1, "the bump is stored");
+        assert!(
+            store
+                .retrieve(&org, "— … !!", 8)
+                .expect("retrieve")
+                .is_empty(),
+            "no tokens, no hits"
+        );
+        assert!(store
+            .retrieve(&scope("org:other"), "vitest", 8)
+            .expect("retrieve")
+            .is_empty());
+        let one = store.retrieve(&org, "vitest", 1).expect("retrieve");
+        assert_eq!(one.len(), 1);
+        assert!(store
+            .retrieve(&org, &"x".repeat(4001), 8)
+            .expect_err("long")
+            .is_invalid());
+    });
+}
+
+#[test]
+fn forget_and_sweep_retire_without_deleting() {
+    each(|store, _| {
+        let repo = scope("repo:acme/app");
+        let batch = [
+            Candidate::fact(
+                "pull request 1835 pushed at sha 3f9a2c1 with 10,512 tests passing",
+                "t",
+            ),
+            Candidate::fact("run npm ci before the license check", "t"),
+            Candidate::summary("PR 12 was merged after the license fix", "t"),
+            Candidate::fact("the README now documents the flag", "t"),
+        ];
+        store.write(&repo, &batch, &opts()).expect("write");
+        let dry = store.sweep(&repo, true).expect("sweep");
+        assert_eq!(dry.swept, 2);
+        assert_eq!(dry.ids, ["mem:repo:acme/app:3", "mem:repo:acme/app:0"]);
+        assert_eq!(
+            store
+                .list(&repo, &ListQuery::newest(50))
+                .expect("list")
+                .len(),
+            4,
+            "dry run changes nothing"
+        );
+        let real = store.sweep(&repo, false).expect("sweep");
+        assert_eq!(real, dry);
+        assert_eq!(
+            store.sweep(&repo, false).expect("sweep").swept,
+            0,
+            "idempotent"
+        );
+        assert_eq!(
+            store
+                .get("mem:repo:acme/app:0")
+                .expect("get")
+                .expect("kept")
+                .status,
+            Status::Swept
+        );
+        let left = store.list(&repo, &ListQuery::newest(50)).expect("list");
+        assert_eq!(
+            texts(&left),
+            [
+                "PR 12 was merged after the license fix",
+                "run npm ci before the license check"
+            ],
+            "summaries are never swept"
+        );
+        assert!(store
+            .retrieve(&repo, "sha tests passing pushed", 8)
+            .expect("retrieve")
+            .is_empty());
+        assert!(store.forget(&repo, "mem:repo:acme/app:1").expect("forget"));
+        assert!(
+            !store.forget(&repo, "mem:repo:acme/app:1").expect("forget"),
+            "already forgotten"
+        );
+        assert!(
+            !store
+                .forget(&scope("repo:acme/other"), "mem:repo:acme/app:2")
+                .expect("forget"),
+            "foreign scope"
+        );
+        assert!(!store.forget(&repo, "not an id").expect("forget"));
+        assert_eq!(
+            store
+                .get("mem:repo:acme/app:1")
+                .expect("get")
+                .expect("kept")
+                .status,
+            Status::Forgotten
+        );
+        // A swept or forgotten record cannot be restated or deduped onto.
+        let c = store
+            .write(
+                &repo,
+                &[Candidate::fact("run npm ci before the license check", "t")
+                    .restating("mem:repo:acme/app:1")],
+                &opts(),
+            )
+            .expect("write");
+        assert_eq!(
+            c,
+            WriteCounts {
+                inserted: 1,
+                ..Default::default()
+            }
+        );
+    });
+}
+
+#[test]
+fn the_cap_evicts_least_recently_used() {
+    each(|store, clock| {
+        let ch = scope("channel:slack:C1");
+        for i in 0..5 {
+            store
+                .write(
+                    &ch,
+                    &[Candidate::fact(format!("note {i} about caching"), "t")],
+                    &opts(),
+                )
+                .expect("write");
+            clock.advance(10);
+        }
+        // Use note 0, so note 1 becomes the least recently used.
+        store.retrieve(&ch, "note 0", 1).expect("retrieve");
+        clock.advance(10);
+        let c = store
+            .write(
+                &ch,
+                &[Candidate::fact("note 5 about caching", "t")],
+                &WriteOptions {
+                    cap: Some(4),
+                    tally: None,
+                },
+            )
+            .expect("write");
+        assert_eq!(c.evicted, 2);
+        let left: Vec<String> = store
+            .list(&ch, &ListQuery::newest(50))
+            .expect("list")
+            .into_iter()
+            .map(|r| r.text)
+            .collect();
+        assert_eq!(
+            left,
+            [
+                "note 5 about caching",
+                "note 4 about caching",
+                "note 3 about caching",
+                "note 0 about caching"
+            ]
+        );
+        assert_eq!(
+            store
+                .get("mem:channel:slack:C1:1")
+                .expect("get")
+                .expect("kept")
+                .status,
+            Status::Evicted
+        );
+        for bad in [0, 10_001] {
+            let e = store
+                .write(
+                    &ch,
+                    &[Candidate::fact("x", "t")],
+                    &WriteOptions {
+                        cap: Some(bad),
+                        tally: None,
+                    },
+                )
+                .expect_err("cap");
+            assert!(e.to_string().contains("cap"), "{e}");
+        }
+    });
+}
+
+#[test]
+fn scopes_are_isolated() {
+    each(|store, _| {
+        let a = scope("repo:acme/a");
+        let b = scope("repo:acme/b");
+        store
+            .write(
+                &a,
+                &[Candidate::fact("shared words about flaky tests", "t")],
+                &opts(),
+            )
+            .expect("write");
+        store
+            .write(
+                &b,
+                &[Candidate::fact("shared words about flaky tests", "t")],
+                &opts(),
+            )
+            .expect("write");
+        // Same text in another scope is not a duplicate; a pointer into another scope resolves nothing.
+        let c = store
+            .write(
+                &b,
+                &[Candidate::fact("other", "t").restating("mem:repo:acme/a:0")],
+                &opts(),
+            )
+            .expect("write");
+        assert_eq!(c.inserted, 1);
+        assert_eq!(
+            store
+                .get("mem:repo:acme/a:0")
+                .expect("get")
+                .expect("exists")
+                .use_count,
+            0
+        );
+        store.retrieve(&b, "flaky", 8).expect("retrieve");
+        assert_eq!(
+            store
+                .get("mem:repo:acme/a:0")
+                .expect("get")
+                .expect("exists")
+                .use_count,
+            0
+        );
+        assert!(!store.forget(&b, "mem:repo:acme/a:0").expect("forget"));
+        store
+            .write(&a, &[Candidate::fact("PR 9 is complete", "t")], &opts())
+            .expect("write");
+        assert_eq!(store.sweep(&b, false).expect("sweep").swept, 0);
+        assert_eq!(
+            store.list(&a, &ListQuery::newest(50)).expect("list").len(),
+            2
+        );
+        let mut scopes = store.scopes().expect("scopes");
+        scopes.sort();
+        assert_eq!(scopes, [a, b]);
+    });
+}
+
+#[test]
+fn counters_are_per_scope_per_day() {
+    each(|store, clock| {
+        let repo = scope("repo:acme/app");
+        let mut tally = Tally {
+            offered: 4,
+            ..Tally::default()
+        };
+        tally.rejected.insert("sha".into(), 1);
+        let cs = [
+            Candidate::fact("lesson a", "t"),
+            Candidate::summary("a run", "t"),
+        ];
+        store
+            .write(
+                &repo,
+                &cs,
+                &WriteOptions {
+                    cap: None,
+                    tally: Some(tally),
+                },
+            )
+            .expect("write");
+        clock.advance(24 * 3600 * 1000);
+        store
+            .write(&repo, &[Candidate::fact("lesson a", "t")], &opts())
+            .expect("write");
+        store
+            .write(&repo, &[Candidate::fact("PR 1 was merged", "t")], &opts())
+            .expect("write");
+        store.sweep(&repo, false).expect("sweep");
+        let days = store.stats(0).expect("stats");
+        assert_eq!(days.len(), 2);
+        assert_eq!(days[0].day, "2026-11-30");
+        let d0 = &days[0].counters;
+        assert_eq!(
+            (d0.offered, d0.rejected_total(), d0.inserted, d0.summaries),
+            (4, 1, 2, 1)
+        );
+        let d1 = &days[1].counters;
+        assert_eq!((d1.inserted, d1.deduped, d1.swept), (1, 1, 1));
+        assert_eq!(
+            store
+                .stats(lessons::store::day_of(T0) + 1)
+                .expect("stats")
+                .len(),
+            1
+        );
+    });
+}
+
+#[test]
+fn export_import_round_trips_every_record() {
+    each(|store, _| {
+        let repo = scope("repo:acme/app");
+        let mut c = Candidate::fact("keep provenance", "t");
+        c.provenance = Some(serde_json::json!({"scopeKey": "repo:acme/app", "pr": 5}));
+        c.source_run_id = Some("run-1".into());
+        store
+            .write(
+                &repo,
+                &[c, Candidate::fact("PR 2 was merged", "t")],
+                &opts(),
+            )
+            .expect("write");
+        store.sweep(&repo, false).expect("sweep");
+        let mut all = Vec::new();
+        store
+            .export(&mut |r| {
+                all.push(r);
+                Ok(())
+            })
+            .expect("export");
+        assert_eq!(all.len(), 2);
+        let target = InMemoryStore::new();
+        let report = target.import(&all).expect("import");
+        assert_eq!((report.imported, report.skipped), (2, 0));
+        assert_eq!(target.import(&all).expect("import").skipped, 2);
+        let back = target
+            .get("mem:repo:acme/app:0")
+            .expect("get")
+            .expect("exists");
+        assert_eq!(back, all[0]);
+        // An imported scope continues its sequence.
+        let again = store.import(&all).expect("import");
+        assert_eq!(again.skipped, 2);
+    });
+}
+
+#[test]
+fn bad_input_gets_a_reason_and_writes_nothing() {
+    each(|store, _| {
+        let repo = scope("repo:acme/app");
+        let too_many: Vec<Candidate> = (0..51)
+            .map(|i| Candidate::fact(format!("x{i}"), "t"))
+            .collect();
+        assert!(store
+            .write(&repo, &too_many, &opts())
+            .expect_err("batch")
+            .to_string()
+            .contains("50"));
+        let mixed = [Candidate::fact("fine", "t"), Candidate::fact("", "t")];
+        let e = store.write(&repo, &mixed, &opts()).expect_err("empty text");
+        assert_eq!(e.to_string(), "records[1]: text must not be empty");
+        assert!(
+            store
+                .list(&repo, &ListQuery::newest(50))
+                .expect("list")
+                .is_empty(),
+            "nothing from a rejected write"
+        );
+        let no_kind = Candidate {
+            kind: None,
+            ..Candidate::fact("x", "t")
+        };
+        assert!(store.write(&repo, &[no_kind], &opts()).is_err());
+    });
+}
+
+fn open(dir: &std::path::Path, clock: &FakeClock) -> EmbeddedStore {
+    EmbeddedStore::builder()
+        .clock(clock.clock())
+        .index_commit(32, Duration::from_millis(20))
+        .open(dir)
+        .expect("the store opens")
+}
+
+#[test]
+fn embedded_records_and_index_survive_reopen() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = FakeClock::new(T0);
+    let org = scope("org:acme");
+    {
+        let store = open(dir.path(), &clock);
+        store
+            .write(
+                &org,
+                &[Candidate::fact(
+                    "bazel remote cache needs the --noremote_upload_local_results flag",
+                    "t",
+                )],
+                &opts(),
+            )
+            .expect("write");
+        store.close().expect("close");
+    }
+    let store = open(dir.path(), &clock);
+    assert_eq!(
+        store
+            .retrieve(&org, "bazel cache", 8)
+            .expect("retrieve")
+            .len(),
+        1
+    );
+    assert!(store.check().expect("check").is_ok());
+    let c = store
+        .write(&org, &[Candidate::fact("second", "t")], &opts())
+        .expect("write");
+    assert_eq!(c.inserted, 1);
+    assert!(
+        store.get("mem:org:acme:1").expect("get").is_some(),
+        "the sequence continues after reopen"
+    );
+}
+
+#[test]
+fn a_deleted_or_damaged_index_is_rebuilt_on_open() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = FakeClock::new(T0);
+    let org = scope("org:acme");
+    {
+        let store = open(dir.path(), &clock);
+        let cs: Vec<Candidate> = (0..20)
+            .map(|i| Candidate::fact(format!("lesson {i} about terraform state locks"), "t"))
+            .collect();
+        store.write(&org, &cs, &opts()).expect("write");
+    }
+    std::fs::remove_dir_all(dir.path().join("index")).expect("remove the index");
+    {
+        let store = open(dir.path(), &clock);
+        assert_eq!(
+            store
+                .retrieve(&org, "terraform", 50)
+                .expect("retrieve")
+                .len(),
+            20
+        );
+    }
+    std::fs::write(dir.path().join("index/meta.json"), b"{not json").expect("damage the index");
+    let store = open(dir.path(), &clock);
+    assert_eq!(
+        store
+            .retrieve(&org, "terraform", 50)
+            .expect("retrieve")
+            .len(),
+        20
+    );
+    let health = store.repair().expect("repair");
+    assert!(health.is_ok(), "{health:?}");
+    assert_eq!(health.active_records, 20);
+}
+
+#[test]
+fn a_second_open_fails_at_once_naming_the_directory() {
+    let dir = tempfile::tempdir().expect("dir");
+    let _first = EmbeddedStore::open(dir.path()).expect("first open");
+    let Err(e) = EmbeddedStore::open(dir.path()) else {
+        panic!("a second open must fail");
+    };
+    assert!(e.is_locked(), "{e}");
+    assert!(
+        e.to_string().contains(&dir.path().display().to_string()),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--server URL"), "{e}");
+}
+
+#[test]
+fn an_unknown_format_version_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("dir");
+    drop(EmbeddedStore::open(dir.path()).expect("create"));
+    {
+        let db = fjall::Database::builder(dir.path().join("records"))
+            .open()
+            .expect("fjall opens");
+        let meta = db
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        meta.insert("format", [9u8]).expect("write");
+        db.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    let Err(e) = EmbeddedStore::open(dir.path()) else {
+        panic!("version 9 must not open");
+    };
+    assert!(e.to_string().contains("format version"), "{e}");
+}
+
+#[test]
+fn concurrent_writers_to_one_scope_lose_no_bump_and_mint_no_id_twice() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Arc::new(
+        EmbeddedStore::builder()
+            .durability(Durability::Buffered)
+            .open(dir.path())
+            .expect("open"),
+    );
+    let repo = scope("repo:acme/app");
+    store
+        .write(&repo, &[Candidate::fact("the shared lesson", "t")], &opts())
+        .expect("seed");
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            let repo = repo.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let cs = [
+                        Candidate::fact(format!("thread {t} lesson {i}"), "t"),
+                        Candidate::fact("the shared lesson", "t"),
+                        Candidate::fact("x", "t").restating("mem:repo:acme/app:0"),
+                    ];
+                    store
+                        .write(&repo, &cs, &WriteOptions::default())
+                        .expect("write");
+                    store
+                        .retrieve(&repo, &format!("thread {t}"), 3)
+                        .expect("retrieve");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("writer thread");
+    }
+    let shared = store
+        .get("mem:repo:acme/app:0")
+        .expect("get")
+        .expect("exists");
+    assert_eq!(
+        shared.use_count,
+        8 * 25 * 2,
+        "every dedup and restate bump counted (retrieves excluded by text)"
+    );
+    let mut ids = std::collections::HashSet::new();
+    store
+        .export(&mut |r| {
+            assert!(ids.insert(r.id.clone()), "id minted twice: {}", r.id);
+            Ok(())
+        })
+        .expect("export");
+    assert_eq!(ids.len(), 1 + 8 * 25);
+    assert!(store.check().expect("check").is_ok());
+}
+
+#[test]
+fn a_write_is_retrievable_the_moment_it_returns_while_the_indexer_commits() {
+    // The indexer commits after every operation, so retrieves race its reloads constantly.
+    let dir = tempfile::tempdir().expect("dir");
+    let store = EmbeddedStore::builder()
+        .durability(Durability::Buffered)
+        .index_commit(1, Duration::from_millis(1))
+        .open(dir.path())
+        .expect("open");
+    let org = scope("org:acme");
+    for i in 0..300 {
+        let token = format!("uniq{i}");
+        store
+            .write(
+                &org,
+                &[Candidate::fact(format!("lesson {token} about builds"), "t")],
+                &opts(),
+            )
+            .expect("write");
+        let hits = store.retrieve(&org, &token, 1).expect("retrieve");
+        assert_eq!(hits.len(), 1, "write {i} was not visible to retrieve");
+    }
+}
