@@ -2,6 +2,7 @@
 //! only [`run`] turns them into exit codes and stderr lines.
 
 mod gate;
+mod store_cmds;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -16,7 +17,7 @@ use clap::{Parser, Subcommand};
     name = "lessons",
     version,
     about = "A memory store for coding bots that keeps lessons, not status.",
-    after_help = "Examples:\n  lessons gate \"PR 12 was merged\"            # -> reference, delivery\n  lessons gate \"run npm ci before the license check\"   # -> lesson\n  printf 'a fact per line\\n' | lessons gate --check\n\nExit codes: 0 ok, 1 the command found what it reports (gate --check: a marker), 2 usage or operational error."
+    after_help = "Examples:\n  lessons gate \"PR 12 was merged\"                      # -> reference, delivery\n  echo '[{\"kind\":\"fact\",\"text\":\"run npm ci first\",\"sourceThreadKey\":\"t1\"}]' \\\n    | lessons write --scope repo --repo acme/app\n  lessons list --scope repo:acme/app --kind fact --limit 24\n  lessons retrieve --scope org --org acme --query \"flaky vitest\"\n  lessons sweep --scope all --dry-run\n\nThe store is --store DIR, else $LESSONS_STORE, else ./lessons-store.\nExit codes: 0 ok, 1 the command found what it reports (gate --check: a marker;\nforget: no such record; doctor: inconsistent), 2 usage or operational error."
 )]
 pub struct Cli {
     /// The store directory [default: $LESSONS_STORE, else ./lessons-store].
@@ -39,6 +40,24 @@ pub enum Command {
     ///
     /// With TEXT arguments, one line per TEXT; without, one fact per stdin line.
     Gate(gate::GateArgs),
+    /// Write candidates (a JSON array on stdin) to a scope; prints the counts.
+    Write(store_cmds::WriteArgs),
+    /// Active records of a scope, newest first (never counts as a use).
+    List(store_cmds::ListArgs),
+    /// The best records of a scope for a query (counts as a use of each).
+    Retrieve(store_cmds::RetrieveArgs),
+    /// Retire one record (kept for audit); the scope comes from the id.
+    Forget(store_cmds::ForgetArgs),
+    /// Retire every active fact that carries a status marker (--scope all for every scope).
+    Sweep(store_cmds::SweepArgs),
+    /// Every record, as JSON Lines, for backup or moving.
+    Export,
+    /// Whole records as JSON Lines (from export, or a Worker's rows); ids already held are skipped.
+    Import(store_cmds::ImportArgs),
+    /// Check that the keyword index agrees with the records; --repair rebuilds it.
+    Doctor(store_cmds::DoctorArgs),
+    /// What happened per scope per day: offered, rejected, restated, inserted, deduped, ...
+    Stats(store_cmds::StatsArgs),
 }
 
 /// What a command that ran reports: success, or a finding that maps to exit code 1.
@@ -79,6 +98,15 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     let result = match &cli.command {
         Command::Gate(args) => gate::run(&cli, args),
+        Command::Write(args) => store_cmds::write(&cli, args),
+        Command::List(args) => store_cmds::list(&cli, args),
+        Command::Retrieve(args) => store_cmds::retrieve(&cli, args),
+        Command::Forget(args) => store_cmds::forget(&cli, args),
+        Command::Sweep(args) => store_cmds::sweep(&cli, args),
+        Command::Export => store_cmds::export(&cli),
+        Command::Import(args) => store_cmds::import(&cli, args),
+        Command::Doctor(args) => store_cmds::doctor(&cli, args),
+        Command::Stats(args) => store_cmds::stats(&cli, args),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -115,3 +115,181 @@ fn help_is_exit_zero_and_names_the_commands() {
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("gate"));
 }
+
+/// Runs `lessons --store <dir> ARGS` with `stdin`.
+fn in_store(dir: &std::path::Path, args: &[&str], stdin: &str) -> std::process::Output {
+    let mut full = vec!["--store", dir.to_str().expect("utf-8 path")];
+    full.extend_from_slice(args);
+    run(&full, stdin)
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_str(stdout(out).trim()).expect("stdout is one JSON document")
+}
+
+#[test]
+fn store_commands_answer_the_wire_json() {
+    let dir = tempfile::tempdir().expect("dir");
+    let d = dir.path().join("store");
+    let cands = r#"[{"kind":"fact","text":"run npm ci before the license check","sourceThreadKey":"t1"},
+                    {"kind":"fact","text":"PR 12 was merged","sourceThreadKey":"t1"},
+                    {"kind":"summary","text":"a run fixed the license check","sourceThreadKey":"t1"}]"#;
+    let w = in_store(
+        &d,
+        &["write", "--scope", "repo", "--repo", "acme/app", "--json"],
+        cands,
+    );
+    assert_eq!(w.status.code(), Some(0), "{}", stderr(&w));
+    assert_eq!(
+        json_of(&w),
+        serde_json::json!({"ok": true, "inserted": 3, "deduped": 0, "restated": 0, "superseded": 0, "evicted": 0})
+    );
+
+    let l = in_store(
+        &d,
+        &[
+            "list",
+            "--scope",
+            "repo:acme/app",
+            "--kind",
+            "fact",
+            "--json",
+        ],
+        "",
+    );
+    let records = json_of(&l)["records"].as_array().expect("records").clone();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["id"], "mem:repo:acme/app:1");
+    assert!(
+        records[0].get("lastUsedAt").is_none(),
+        "absent optional fields are omitted, never null"
+    );
+    assert!(!stdout(&l).contains("null"));
+
+    let human = in_store(&d, &["list", "--scope", "repo:acme/app"], "");
+    let first = stdout(&human).lines().next().unwrap_or_default().to_owned();
+    assert!(
+        first.starts_with("mem:repo:acme/app:2  summary  "),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("a run fixed the license check  (source: t1)"),
+        "{first}"
+    );
+
+    let r = in_store(
+        &d,
+        &[
+            "retrieve",
+            "--scope",
+            "repo:acme/app",
+            "--query",
+            "license npm",
+            "--json",
+        ],
+        "",
+    );
+    assert_eq!(json_of(&r)["records"][0]["useCount"], 1);
+
+    let dry = in_store(&d, &["sweep", "--scope", "all", "--dry-run", "--json"], "");
+    assert_eq!(
+        json_of(&dry),
+        serde_json::json!({"scopes": [{"scopeKey": "repo:acme/app", "swept": 1, "ids": ["mem:repo:acme/app:1"]}]})
+    );
+    let real = in_store(&d, &["sweep", "--scope", "repo:acme/app", "--json"], "");
+    assert_eq!(
+        json_of(&real),
+        serde_json::json!({"scopes": [{"scopeKey": "repo:acme/app", "swept": 1}]})
+    );
+
+    let f = in_store(&d, &["forget", "mem:repo:acme/app:0", "--json"], "");
+    assert_eq!(
+        json_of(&f),
+        serde_json::json!({"ok": true, "forgotten": true})
+    );
+    let again = in_store(&d, &["forget", "mem:repo:acme/app:0"], "");
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "forgetting nothing is a finding"
+    );
+
+    let exported = in_store(&d, &["export"], "");
+    assert_eq!(stdout(&exported).lines().count(), 3);
+    let other = dir.path().join("copy");
+    let imp = in_store(&other, &["import", "--json"], &stdout(&exported));
+    assert_eq!(
+        json_of(&imp),
+        serde_json::json!({"ok": true, "imported": 3, "skipped": 0})
+    );
+    let copy = in_store(&other, &["export"], "");
+    assert_eq!(
+        stdout(&copy),
+        stdout(&exported),
+        "export → import → export is lossless"
+    );
+
+    let doc = in_store(&d, &["doctor"], "");
+    assert_eq!(doc.status.code(), Some(0), "{}", stdout(&doc));
+    let stats = in_store(&d, &["stats", "--json"], "");
+    let day = &json_of(&stats)["days"][0];
+    assert_eq!(day["scopeKey"], "repo:acme/app");
+    assert_eq!(day["counters"]["inserted"], 3);
+    assert_eq!(day["counters"]["swept"], 1);
+    assert_eq!(day["counters"]["forgotten"], 1);
+}
+
+#[test]
+fn store_commands_fail_with_one_line_reasons() {
+    let dir = tempfile::tempdir().expect("dir");
+    let d = dir.path().join("store");
+    let cases: [(&[&str], &str, &str); 6] = [
+        (&["list", "--scope", "org:acme"], "", "no store at"),
+        (
+            &["write", "--scope", "org:acme"],
+            "nope",
+            "JSON array of candidates",
+        ),
+        (
+            &["write", "--scope", "repo", "--repo", "app"],
+            "[]",
+            "OWNER/NAME",
+        ),
+        (
+            &["write", "--scope", "user"],
+            "[]",
+            "--scope user needs --user",
+        ),
+        (
+            &["write", "--scope", "org:acme"],
+            r#"[{"kind":"fact","text":"  ","sourceThreadKey":"t"}]"#,
+            "records[0]: text must not be empty",
+        ),
+        (&["forget", "not-an-id"], "", "is not a record id"),
+    ];
+    for (args, stdin, reason) in cases {
+        let out = in_store(&d, args, stdin);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+    }
+    assert!(
+        !d.join("records").exists() || in_store(&d, &["export"], "").stdout.is_empty(),
+        "failed writes store nothing"
+    );
+}
+
+#[test]
+fn a_second_process_on_the_store_is_told_to_use_the_server() {
+    let dir = tempfile::tempdir().expect("dir");
+    let d = dir.path().join("store");
+    let _held = lessons::EmbeddedStore::open(&d).expect("this process holds the store");
+    let out = in_store(&d, &["list", "--scope", "org:acme"], "");
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--server URL") && err.contains("held by another process"),
+        "{err}"
+    );
+}

@@ -1,0 +1,661 @@
+//! The store commands: write, list, retrieve, forget, sweep, export, import, doctor, stats.
+
+use std::io::{self, BufRead, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use lessons::model::parse_record_id;
+use lessons::store::{day_of, system_clock, DayStats, EmbeddedStoreBuilder};
+use lessons::{
+    Candidate, Durability, EmbeddedStore, Kind, ListQuery, MemoryStore, Record, ScopeKey,
+    WriteOptions,
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{emit, Cli, Failure, Outcome};
+
+/// Which scope a command works on: a full key, or a kind completed by its flag.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ScopeFlags {
+    /// A full scope key (repo:acme/app), or a kind (org, repo, channel, user) completed by its flag.
+    #[arg(long, value_name = "SCOPE")]
+    pub scope: Option<String>,
+    /// The organization, without its prefix (acme).
+    #[arg(long, value_name = "ORG")]
+    pub org: Option<String>,
+    /// The repository, without its prefix (acme/app).
+    #[arg(long, value_name = "OWNER/NAME")]
+    pub repo: Option<String>,
+    /// The channel, without its prefix (slack:C0123).
+    #[arg(long, value_name = "ID")]
+    pub channel: Option<String>,
+    /// The user, without its prefix (slack:U0123).
+    #[arg(long, value_name = "ID")]
+    pub user: Option<String>,
+}
+
+impl ScopeFlags {
+    fn flag(&self, kind: &str) -> Option<&str> {
+        match kind {
+            "org" => self.org.as_deref(),
+            "repo" => self.repo.as_deref(),
+            "channel" => self.channel.as_deref(),
+            "user" => self.user.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The key for `kind` from its flag, if the flag is given.
+    pub fn key_for(&self, kind: &str) -> Result<Option<ScopeKey>, Failure> {
+        let Some(id) = self.flag(kind) else {
+            return Ok(None);
+        };
+        // `--repo repo:acme/app` means the same as `--repo acme/app`.
+        let id = id.strip_prefix(&format!("{kind}:")).unwrap_or(id);
+        if kind == "repo" && !id.contains('/') {
+            return Err(Failure(format!("--repo takes OWNER/NAME, not {id:?}")));
+        }
+        ScopeKey::parse(&format!("{kind}:{id}"))
+            .map(Some)
+            .map_err(|e| Failure(format!("--{kind}: {e}")))
+    }
+
+    /// The one scope a command works on.
+    pub fn one(&self) -> Result<ScopeKey, Failure> {
+        let Some(scope) = self.scope.as_deref() else {
+            return Err(Failure(
+                "--scope is required: a key (repo:acme/app) or a kind with its flag (--scope repo --repo acme/app)".into(),
+            ));
+        };
+        match scope {
+            "org" | "repo" | "channel" | "user" => self
+                .key_for(scope)?
+                .ok_or_else(|| Failure(format!("--scope {scope} needs --{scope}"))),
+            "all" => Err(Failure("--scope all is only for sweep".into())),
+            key if key.contains(':') => {
+                ScopeKey::parse(key).map_err(|e| Failure(format!("--scope: {e}")))
+            }
+            other => Err(Failure(format!(
+                "--scope {other:?} is neither a scope key (kind:id) nor one of org, repo, channel, user"
+            ))),
+        }
+    }
+
+    /// The scopes `sweep --scope all` covers: those the flags name, else every scope in `store`.
+    fn all(&self, store: &dyn MemoryStore) -> Result<Vec<ScopeKey>, Failure> {
+        let mut named = Vec::new();
+        for kind in ["org", "repo", "channel", "user"] {
+            if let Some(k) = self.key_for(kind)? {
+                named.push(k);
+            }
+        }
+        if !named.is_empty() {
+            return Ok(named);
+        }
+        store.scopes().map_err(fail)
+    }
+}
+
+/// The configuration file (`--config FILE`, JSON). Unknown fields are errors, so a typo is caught.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// Default cap of active records per scope.
+    pub cap: Option<usize>,
+    /// `"sync"` (fsync before acknowledging; the default) or `"buffered"`.
+    pub durability: Option<String>,
+}
+
+impl Config {
+    pub fn load(path: Option<&Path>) -> Result<Config, Failure> {
+        let Some(path) = path else {
+            return Ok(Config::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure(format!("reading config {}: {e}", path.display())))?;
+        serde_json::from_str(&text).map_err(|e| Failure(format!("config {}: {e}", path.display())))
+    }
+}
+
+pub fn store_dir(cli: &Cli) -> PathBuf {
+    cli.store
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("lessons-store"))
+}
+
+pub fn fail(e: lessons::Error) -> Failure {
+    Failure(e.to_string())
+}
+
+/// Opens the store. `create`: a missing directory becomes a new store; otherwise it is an error,
+/// so a read in the wrong directory does not leave an empty store behind.
+pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
+    let dir = store_dir(cli);
+    if !create && !dir.join("records").exists() {
+        return Err(Failure(format!(
+            "no store at {} (pass --store DIR or set LESSONS_STORE)",
+            dir.display()
+        )));
+    }
+    let config = Config::load(cli.config.as_deref())?;
+    let mut b: EmbeddedStoreBuilder = EmbeddedStore::builder().clock(system_clock());
+    if let Some(cap) = config.cap {
+        b = b.cap(cap);
+    }
+    b = match config.durability.as_deref() {
+        None | Some("sync") => b.durability(Durability::Sync),
+        Some("buffered") => b.durability(Durability::Buffered),
+        Some(other) => {
+            return Err(Failure(format!(
+                "config durability must be \"sync\" or \"buffered\", not {other:?}"
+            )))
+        }
+    };
+    b.open(&dir).map_err(fail)
+}
+
+fn out() -> BufWriter<io::StdoutLock<'static>> {
+    BufWriter::new(io::stdout().lock())
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    let mut s = String::new();
+    io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| Failure(format!("reading stdin: {e}")))?;
+    Ok(s)
+}
+
+/// One record as a person reads it: id, kind, date, text, source.
+pub fn human_record(r: &Record) -> String {
+    format!(
+        "{}  {}  {}  {}  (source: {})",
+        r.id,
+        r.kind.as_str(),
+        lessons::store::format_day(day_of(r.created_at)),
+        lessons::text::sanitize(&r.text),
+        r.source_thread_key
+    )
+}
+
+fn print_records(cli: &Cli, records: &[Record]) -> Result<(), Failure> {
+    let mut o = out();
+    if cli.json {
+        // A struct, not `json!`, so each record keeps its field order.
+        #[derive(serde::Serialize)]
+        struct Records<'a> {
+            records: &'a [Record],
+        }
+        let line = serde_json::to_string(&Records { records })
+            .map_err(|e| Failure(format!("encoding records: {e}")))?;
+        emit(&mut o, &line)?;
+    } else {
+        for r in records {
+            emit(&mut o, &human_record(r))?;
+        }
+    }
+    o.flush()?;
+    Ok(())
+}
+
+// ---- write ----
+
+/// Arguments of `lessons write`.
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    pub scope: ScopeFlags,
+    /// Active records the scope may hold after this write (1–10000).
+    #[arg(long)]
+    pub cap: Option<usize>,
+}
+
+/// Candidates on stdin: a JSON array, or the wire's `{"records": [...]}`.
+fn parse_candidates(text: &str) -> Result<Vec<Candidate>, Failure> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Input {
+        List(Vec<Candidate>),
+        Wire { records: Vec<Candidate> },
+    }
+    let input: Input = serde_json::from_str(text).map_err(|e| {
+        Failure(format!(
+            "stdin must be a JSON array of candidates (or {{\"records\": [...]}}): {e}"
+        ))
+    })?;
+    Ok(match input {
+        Input::List(l) => l,
+        Input::Wire { records } => records,
+    })
+}
+
+pub fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
+    let scope = args.scope.one()?;
+    let candidates = parse_candidates(&read_stdin()?)?;
+    let store = open_store(cli, true)?;
+    let options = WriteOptions {
+        cap: args.cap,
+        tally: None,
+    };
+    let c = store.write(&scope, &candidates, &options).map_err(fail)?;
+    store.close().map_err(fail)?;
+    let mut o = out();
+    if cli.json {
+        let line = json!({"ok": true, "inserted": c.inserted, "deduped": c.deduped, "restated": c.restated, "superseded": c.superseded, "evicted": c.evicted});
+        emit(&mut o, &line.to_string())?;
+    } else {
+        emit(
+            &mut o,
+            &format!(
+                "[memory] {scope}: inserted {}, deduped {}, restated {}, superseded {}, evicted {}",
+                c.inserted, c.deduped, c.restated, c.superseded, c.evicted
+            ),
+        )?;
+    }
+    o.flush()?;
+    Ok(Outcome::Ok)
+}
+
+// ---- list / retrieve ----
+
+/// Arguments of `lessons list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub scope: ScopeFlags,
+    /// Only facts or only summaries.
+    #[arg(long, value_parser = ["fact", "summary"])]
+    pub kind: Option<String>,
+    /// At most this many records (1–50).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Only records whose text contains this (case and spacing ignored).
+    #[arg(long)]
+    pub query: Option<String>,
+}
+
+pub fn list(cli: &Cli, args: &ListArgs) -> Result<Outcome, Failure> {
+    let scope = args.scope.one()?;
+    let store = open_store(cli, false)?;
+    let q = ListQuery {
+        limit: args.limit,
+        kind: args.kind.as_deref().and_then(Kind::parse),
+        query: args.query.clone(),
+    };
+    let records = store.list(&scope, &q).map_err(fail)?;
+    print_records(cli, &records)?;
+    Ok(Outcome::Ok)
+}
+
+/// Arguments of `lessons retrieve`.
+#[derive(Debug, Args)]
+pub struct RetrieveArgs {
+    #[command(flatten)]
+    pub scope: ScopeFlags,
+    /// The query (a brief, a question, keywords).
+    #[arg(long)]
+    pub query: String,
+    /// At most this many records (1–50).
+    #[arg(long, default_value_t = 8)]
+    pub limit: usize,
+}
+
+pub fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
+    let scope = args.scope.one()?;
+    let store = open_store(cli, false)?;
+    let records = store
+        .retrieve(&scope, &args.query, args.limit)
+        .map_err(fail)?;
+    store.close().map_err(fail)?;
+    print_records(cli, &records)?;
+    Ok(Outcome::Ok)
+}
+
+// ---- forget / sweep ----
+
+/// Arguments of `lessons forget`.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// The record id (mem:<scope>:<seq>); the scope is taken from it.
+    pub id: String,
+}
+
+pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
+    let Some((scope, _)) = parse_record_id(&args.id) else {
+        return Err(Failure(format!(
+            "{:?} is not a record id (mem:<scopeKey>:<seq>)",
+            args.id
+        )));
+    };
+    let store = open_store(cli, false)?;
+    let forgotten = store.forget(&scope, &args.id).map_err(fail)?;
+    store.close().map_err(fail)?;
+    let mut o = out();
+    if cli.json {
+        emit(
+            &mut o,
+            &json!({"ok": true, "forgotten": forgotten}).to_string(),
+        )?;
+    } else if forgotten {
+        emit(&mut o, &format!("forgotten {}", args.id))?;
+    } else {
+        emit(&mut o, &format!("no active record {}", args.id))?;
+    }
+    o.flush()?;
+    Ok(if forgotten {
+        Outcome::Ok
+    } else {
+        Outcome::Found
+    })
+}
+
+/// Arguments of `lessons sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub scope: ScopeFlags,
+    /// Report what would be swept; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+pub fn sweep(cli: &Cli, args: &SweepArgs) -> Result<Outcome, Failure> {
+    let store = open_store(cli, false)?;
+    let scopes = if args.scope.scope.as_deref() == Some("all") {
+        args.scope.all(&store)?
+    } else {
+        vec![args.scope.one()?]
+    };
+    let mut receipts = Vec::new();
+    for scope in scopes {
+        let r = store.sweep(&scope, args.dry_run).map_err(fail)?;
+        receipts.push((scope, r));
+    }
+    store.close().map_err(fail)?;
+    let mut o = out();
+    if cli.json {
+        let scopes: Vec<_> = receipts
+            .iter()
+            .map(|(s, r)| {
+                if args.dry_run {
+                    json!({"scopeKey": s, "swept": r.swept, "ids": r.ids})
+                } else {
+                    json!({"scopeKey": s, "swept": r.swept})
+                }
+            })
+            .collect();
+        emit(&mut o, &json!({ "scopes": scopes }).to_string())?;
+    } else {
+        for (s, r) in &receipts {
+            if args.dry_run {
+                let ids = if r.ids.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", r.ids.join(" "))
+                };
+                emit(&mut o, &format!("{s}: would sweep {}{ids}", r.swept))?;
+            } else {
+                emit(&mut o, &format!("{s}: swept {}", r.swept))?;
+            }
+        }
+    }
+    o.flush()?;
+    Ok(Outcome::Ok)
+}
+
+// ---- export / import ----
+
+pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
+    let store = open_store(cli, false)?;
+    let mut o = out();
+    let mut failure = None;
+    store
+        .export(&mut |r| {
+            let line = serde_json::to_string(&r)
+                .map_err(|e| lessons::Error::format(format!("encoding {}: {e}", r.id)))?;
+            if let Err(f) = emit(&mut o, &line) {
+                failure = Some(f);
+                return Err(lessons::Error::new(lessons::ErrorKind::Io, "stdout closed"));
+            }
+            Ok(())
+        })
+        .map_err(|e| failure.take().unwrap_or_else(|| fail(e)))?;
+    o.flush()?;
+    Ok(Outcome::Ok)
+}
+
+/// Arguments of `lessons import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A JSON Lines file of whole records (as `export` writes); stdin when absent.
+    pub file: Option<PathBuf>,
+}
+
+pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
+    let reader: Box<dyn BufRead> = match &args.file {
+        Some(p) => Box::new(io::BufReader::new(
+            std::fs::File::open(p).map_err(|e| Failure(format!("{}: {e}", p.display())))?,
+        )),
+        None => Box::new(io::BufReader::new(io::stdin())),
+    };
+    let mut records = Vec::new();
+    for (n, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| Failure(format!("line {}: {e}", n + 1)))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let r: Record = serde_json::from_str(&line)
+            .map_err(|e| Failure(format!("line {}: not a record: {e}", n + 1)))?;
+        r.validate()
+            .map_err(|e| Failure(format!("line {}: {e}", n + 1)))?;
+        records.push(r);
+    }
+    let store = open_store(cli, true)?;
+    let report = store.import(&records).map_err(fail)?;
+    store.close().map_err(fail)?;
+    let mut o = out();
+    if cli.json {
+        emit(
+            &mut o,
+            &json!({"ok": true, "imported": report.imported, "skipped": report.skipped})
+                .to_string(),
+        )?;
+    } else {
+        emit(
+            &mut o,
+            &format!(
+                "imported {}, skipped {} already present",
+                report.imported, report.skipped
+            ),
+        )?;
+    }
+    o.flush()?;
+    Ok(Outcome::Ok)
+}
+
+// ---- doctor / stats ----
+
+/// Arguments of `lessons doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Rebuild the keyword index from the records.
+    #[arg(long)]
+    pub repair: bool,
+}
+
+pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
+    let store = open_store(cli, false)?;
+    let health = if args.repair {
+        store.repair()
+    } else {
+        store.check()
+    }
+    .map_err(fail)?;
+    store.close().map_err(fail)?;
+    let mut o = out();
+    if cli.json {
+        let mut v = serde_json::to_value(&health).map_err(|e| Failure(e.to_string()))?;
+        v["ok"] = json!(health.is_ok());
+        emit(&mut o, &v.to_string())?;
+    } else {
+        emit(
+            &mut o,
+            &format!(
+                "{} active records, {} indexed documents: {}",
+                health.active_records,
+                health.indexed_documents,
+                if health.is_ok() {
+                    "consistent"
+                } else {
+                    "INCONSISTENT (run lessons doctor --repair)"
+                }
+            ),
+        )?;
+        for id in &health.missing_from_index {
+            emit(&mut o, &format!("missing from the index: {id}"))?;
+        }
+        for p in &health.problems {
+            emit(&mut o, &format!("problem: {p}"))?;
+        }
+    }
+    o.flush()?;
+    Ok(if health.is_ok() {
+        Outcome::Ok
+    } else {
+        Outcome::Found
+    })
+}
+
+/// Arguments of `lessons stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// How far back: `1d` is today (UTC), `7d` the last seven days.
+    #[arg(long, default_value = "1d")]
+    pub since: String,
+}
+
+/// `Nd` → the first day counted.
+fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
+    let n: i64 = since
+        .strip_suffix('d')
+        .and_then(|n| n.parse().ok())
+        .filter(|n| (1..=36_500).contains(n))
+        .ok_or_else(|| {
+            Failure(format!(
+                "--since takes a number of days like 1d or 7d, not {since:?}"
+            ))
+        })?;
+    Ok(today - (n - 1))
+}
+
+/// One day of one scope as a person reads it.
+pub fn human_day(d: &DayStats) -> String {
+    let c = &d.counters;
+    let rejected = if c.rejected.is_empty() {
+        String::new()
+    } else {
+        let by: Vec<String> = c.rejected.iter().map(|(m, n)| format!("{m} {n}")).collect();
+        format!(" ({})", by.join(", "))
+    };
+    format!(
+        "{} {}: offered {}, rejected {}{rejected}, restated {}, inserted {}, deduped {}, superseded {}, evicted {}, swept {}, forgotten {}, summaries {}",
+        d.day,
+        d.scope_key,
+        c.offered,
+        c.rejected_total(),
+        c.restated,
+        c.inserted,
+        c.deduped,
+        c.superseded,
+        c.evicted,
+        c.swept,
+        c.forgotten,
+        c.summaries
+    )
+}
+
+pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
+    let today = day_of((system_clock())());
+    let since = parse_since(&args.since, today)?;
+    let store = open_store(cli, false)?;
+    let days = store.stats(since).map_err(fail)?;
+    let mut o = out();
+    if cli.json {
+        emit(&mut o, &json!({ "days": days }).to_string())?;
+    } else if days.is_empty() {
+        emit(&mut o, "no activity in that period")?;
+    } else {
+        for d in &days {
+            emit(&mut o, &human_day(d))?;
+        }
+    }
+    o.flush()?;
+    Ok(Outcome::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_flags_resolve_keys_and_kinds() {
+        let f = ScopeFlags {
+            scope: Some("repo".into()),
+            repo: Some("acme/app".into()),
+            ..ScopeFlags::default()
+        };
+        assert_eq!(
+            f.one().map(|s| s.to_string()).ok().as_deref(),
+            Some("repo:acme/app")
+        );
+        let key = ScopeFlags {
+            scope: Some("channel:slack:C1".into()),
+            ..ScopeFlags::default()
+        };
+        assert_eq!(
+            key.one().map(|s| s.to_string()).ok().as_deref(),
+            Some("channel:slack:C1")
+        );
+        let missing = ScopeFlags {
+            scope: Some("user".into()),
+            ..ScopeFlags::default()
+        };
+        assert!(missing.one().is_err_and(|f| f.0.contains("--user")));
+        let bad_repo = ScopeFlags {
+            scope: Some("repo".into()),
+            repo: Some("app".into()),
+            ..ScopeFlags::default()
+        };
+        assert!(bad_repo.one().is_err_and(|f| f.0.contains("OWNER/NAME")));
+        let prefixed = ScopeFlags {
+            scope: Some("org".into()),
+            org: Some("org:acme".into()),
+            ..ScopeFlags::default()
+        };
+        assert_eq!(
+            prefixed.one().map(|s| s.to_string()).ok().as_deref(),
+            Some("org:acme")
+        );
+        assert!(ScopeFlags::default().one().is_err());
+    }
+
+    #[test]
+    fn since_counts_whole_days_back_from_today() {
+        assert_eq!(parse_since("1d", 100).ok(), Some(100));
+        assert_eq!(parse_since("7d", 100).ok(), Some(94));
+        assert!(parse_since("0d", 100).is_err());
+        assert!(parse_since("week", 100).is_err());
+    }
+
+    #[test]
+    fn candidates_parse_as_an_array_or_the_wire_envelope() {
+        let a = parse_candidates(r#"[{"kind":"fact","text":"x","sourceThreadKey":"t"}]"#);
+        assert_eq!(a.map(|v| v.len()).ok(), Some(1));
+        let w = parse_candidates(
+            r#"{"records":[{"kind":"fact","text":"x","sourceThreadKey":"t","extra":1}]}"#,
+        );
+        assert_eq!(w.map(|v| v.len()).ok(), Some(1));
+        assert!(parse_candidates("{}").is_err());
+    }
+}
