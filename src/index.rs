@@ -303,3 +303,12 @@ fn body(text: &str, keywords: &[String]) -> String {
     }
     out
 }
+
+impl IndexOp {
+    /// The record id the operation is about.
+    pub fn id(&self) -> &str {
+        match self {
+            IndexOp::Upsert { id, .. } | IndexOp::Delete { id } => id,
+        }
+    }
+}

@@ -22,6 +22,8 @@ pub const MAX_TEXT_UNITS: usize = 4000;
 pub const MAX_REF_UNITS: usize = 200;
 /// The most keywords a candidate may carry.
 pub const MAX_KEYWORDS: usize = 256;
+/// Keywords a record gets from its text when the writer gives none.
+pub const DEFAULT_KEYWORDS: usize = 20;
 /// The most UTF-16 units of one keyword.
 pub const MAX_KEYWORD_UNITS: usize = 64;
 /// The most bytes of a record's provenance as JSON.
@@ -61,6 +63,11 @@ impl ScopeKey {
             ));
         }
         Ok(ScopeKey(key.to_owned()))
+    }
+
+    /// A key read back from the store, which validated it on the way in.
+    pub(crate) fn trusted(key: String) -> ScopeKey {
+        ScopeKey(key)
     }
 
     /// The key as text.
@@ -349,9 +356,11 @@ impl Candidate {
                 out
             }
             _ => {
+                // The text's first distinct tokens, as many as the reference Worker keeps.
+                // Matching uses every token of the text anyway, so the cap loses no hit.
                 let mut out: Vec<String> = Vec::new();
                 crate::text::for_each_token(&self.text, |t| {
-                    if !out.iter().any(|w| w == t) {
+                    if out.len() < DEFAULT_KEYWORDS && !out.iter().any(|w| w == t) {
                         out.push(t.to_owned());
                     }
                 });

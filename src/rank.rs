@@ -7,7 +7,7 @@
 //!
 //! **Invariant:** pure; scores are finite for finite inputs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::model::Record;
 use crate::text::for_each_token;
@@ -80,6 +80,50 @@ pub fn blend(keyword: f64, recency: f64) -> f64 {
     KEYWORD_WEIGHT * keyword + RECENCY_WEIGHT * recency
 }
 
+/// The query's distinct tokens with how often each occurs, for scoring many records without
+/// building a token set per record.
+pub struct QueryMatcher {
+    total: usize,
+    distinct: HashMap<String, (usize, usize)>,
+}
+
+impl QueryMatcher {
+    /// A matcher for `query_tokens` (duplicates kept).
+    pub fn new(query_tokens: &[String]) -> QueryMatcher {
+        let mut distinct: HashMap<String, (usize, usize)> = HashMap::new();
+        for t in query_tokens {
+            let next = distinct.len();
+            distinct.entry(t.clone()).or_insert((next, 0)).1 += 1;
+        }
+        QueryMatcher {
+            total: query_tokens.len(),
+            distinct,
+        }
+    }
+
+    /// [`keyword_score`] of a record with this text and these keywords.
+    pub fn score(&self, text: &str, keywords: &[String]) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        let mut found = vec![false; self.distinct.len()];
+        let mut hits = 0;
+        let mut visit = |t: &str| {
+            if let Some(&(index, count)) = self.distinct.get(t) {
+                if !found[index] {
+                    found[index] = true;
+                    hits += count;
+                }
+            }
+        };
+        for_each_token(text, &mut visit);
+        for k in keywords {
+            for_each_token(k, &mut visit);
+        }
+        hits as f64 / self.total as f64
+    }
+}
+
 /// Ranks `candidates` (in index order) against the whole query and keeps the best `limit`.
 /// Records with no query token are dropped; ties keep index order.
 pub fn rank(
@@ -88,10 +132,11 @@ pub fn rank(
     now: i64,
     limit: usize,
 ) -> Vec<Record> {
+    let matcher = QueryMatcher::new(query_tokens);
     let mut scored: Vec<(f64, Record)> = candidates
         .into_iter()
         .filter_map(|r| {
-            let kw = keyword_score(query_tokens, &record_tokens(&r.text, &r.keywords));
+            let kw = matcher.score(&r.text, &r.keywords);
             (kw > 0.0).then(|| (blend(kw, recency(now, r.usage_time())), r))
         })
         .collect();
@@ -123,6 +168,22 @@ mod tests {
         assert!((keyword_score(&q, &set) - 0.75).abs() < 1e-12);
         let kw = record_tokens("x", &["Yarn".to_owned()]);
         assert!((keyword_score(&q, &kw) - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_matcher_scores_like_the_set() {
+        let q = tokenize("npm npm ci yarn zeta");
+        let m = QueryMatcher::new(&q);
+        let cases = [
+            ("run npm ci", vec![]),
+            ("x", vec!["Yarn".to_owned()]),
+            ("npm NPM zeta", vec!["ci".to_owned()]),
+            ("nothing", vec![]),
+        ];
+        for (text, kw) in cases {
+            let want = keyword_score(&q, &record_tokens(text, &kw));
+            assert!((m.score(text, &kw) - want).abs() < 1e-12, "{text}");
+        }
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! | `active` | scope, 0, kind, !seq | record |
 //! | `retired` | scope, 0, seq | record |
 //! | `norms` | scope, 0, fnv1a64(normalized text), seq | empty |
-//! | `usage` | scope, 0, lastUsedAt ?? createdAt, createdAt, seq | empty |
 //! | `scopes` | scope | next seq, active count |
 //! | `counters` | day, scope | day counters |
 //! | `outbox` | operation | ids whose index entry must be refreshed |
@@ -112,14 +111,6 @@ pub fn norm_key(scope: &ScopeKey, norm: &str, seq: u64) -> Vec<u8> {
 
 fn ordered(v: i64) -> [u8; 8] {
     ((v as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-pub fn usage_key(scope: &ScopeKey, usage: i64, created: i64, seq: u64) -> Vec<u8> {
-    let mut k = scope_prefix(scope.as_str(), 24);
-    k.extend_from_slice(&ordered(usage));
-    k.extend_from_slice(&ordered(created));
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
 }
 
 /// The last 8 bytes of a key as a big-endian sequence number.
@@ -225,8 +216,8 @@ pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
 
 pub fn decode_record(bytes: &[u8]) -> Result<Record> {
     let s: StoredRecord = decode(bytes, "a record")?;
-    let scope =
-        ScopeKey::parse(&s.scope).map_err(|e| Error::format(format!("a stored record: {e}")))?;
+    // Validated when it was written; parsing it again would cost a scan per record read.
+    let scope = ScopeKey::trusted(s.scope);
     let kind = match s.kind {
         0 => Kind::Fact,
         1 => Kind::Summary,
@@ -268,15 +259,6 @@ mod tests {
         assert!(active_key(&s, Kind::Fact, 0) < active_key(&s, Kind::Summary, 99));
         let longer = ScopeKey::parse("repo:a/bc").expect("valid");
         assert!(!active_key(&longer, Kind::Fact, 1).starts_with(&active_prefix(&s, Kind::Fact)));
-    }
-
-    #[test]
-    fn usage_keys_order_by_time_then_created_then_seq() {
-        let s = ScopeKey::parse("org:a").expect("valid");
-        assert!(usage_key(&s, -5, 0, 0) < usage_key(&s, 3, 0, 0));
-        assert!(usage_key(&s, 3, 1, 9) < usage_key(&s, 3, 2, 0));
-        assert!(usage_key(&s, 3, 2, 1) < usage_key(&s, 3, 2, 2));
-        assert_eq!(trailing_seq(&usage_key(&s, 3, 2, 77)), Some(77));
     }
 
     #[test]

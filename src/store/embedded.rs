@@ -67,8 +67,8 @@ impl Default for EmbeddedStoreBuilder {
             cap: DEFAULT_CAP,
             durability: Durability::Sync,
             clock: None,
-            commit_every: 32,
-            commit_interval: Duration::from_millis(200),
+            commit_every: 1024,
+            commit_interval: Duration::from_secs(1),
         }
     }
 }
@@ -92,8 +92,9 @@ impl EmbeddedStoreBuilder {
         self
     }
 
-    /// Commit the keyword index after this many operations (default 32) or this long after the
-    /// first uncommitted one (default 200 ms), whichever comes first.
+    /// Commit the keyword index after this many operations (default 1024) or this often
+    /// (default 1 s), whichever comes first. Each commit fsyncs several files; rarer commits keep
+    /// that IO away from the writes' own fsyncs. Uncommitted writes are still retrievable.
     pub fn index_commit(mut self, every: usize, interval: Duration) -> Self {
         self.commit_every = every.max(1);
         self.commit_interval = interval;
@@ -110,7 +111,6 @@ struct Keyspaces {
     active: Keyspace,
     retired: Keyspace,
     norms: Keyspace,
-    usage: Keyspace,
     scopes: Keyspace,
     counters: Keyspace,
     outbox: Keyspace,
@@ -124,8 +124,61 @@ struct Ops {
     next: u64,
     /// Allocated but not yet staged: the watermark must stay below the smallest.
     in_flight: BTreeSet<u64>,
-    /// Staged, not yet committed: operation → (scope, seq) of each record it changed.
-    pending: BTreeMap<u64, Vec<(ScopeKey, u64)>>,
+    /// Staged, not yet committed: operation → the records it made active, with their tokens,
+    /// so `retrieve` can match them without reading them.
+    pending: BTreeMap<u64, Vec<PendingDoc>>,
+}
+
+/// A record whose index document is staged but not committed.
+struct PendingDoc {
+    scope: ScopeKey,
+    seq: u64,
+    /// The record's distinct tokens (text and keywords), sorted.
+    tokens: Vec<String>,
+}
+
+impl PendingDoc {
+    fn from_op(op: &IndexOp) -> Option<PendingDoc> {
+        let IndexOp::Upsert {
+            id, text, keywords, ..
+        } = op
+        else {
+            return None;
+        };
+        let (scope, seq) = parse_record_id(id)?;
+        let mut tokens: Vec<String> = record_tokens(text, keywords).into_iter().collect();
+        tokens.sort_unstable();
+        Some(PendingDoc { scope, seq, tokens })
+    }
+
+    fn matches(&self, wanted: &[String]) -> bool {
+        wanted.iter().any(|w| self.tokens.binary_search(w).is_ok())
+    }
+}
+
+type LruKey = (i64, i64, u64);
+
+/// The eviction order of a record: least recently used, then older, then lower seq.
+fn lru_key(r: &Record, seq: u64) -> LruKey {
+    (r.usage_time(), r.created_at, seq)
+}
+
+/// One scope's batch being built, with the eviction-order edits to apply once it commits.
+struct Tx {
+    batch: OwnedWriteBatch,
+    lru: Vec<(Option<LruKey>, Option<LruKey>)>,
+}
+
+/// Group commit: writers append their batch to the journal, then one fsync covers every batch
+/// appended before it started.
+#[derive(Default)]
+struct SyncState {
+    /// Batches appended (a ticket each).
+    appended: u64,
+    /// Every ticket at or below this is on disk.
+    synced: u64,
+    /// A writer is running the fsync now.
+    syncing: bool,
 }
 
 struct Shared {
@@ -134,13 +187,18 @@ struct Shared {
     ks: Keyspaces,
     index: KeywordIndex,
     scope_locks: Mutex<HashMap<ScopeKey, Arc<Mutex<()>>>>,
+    /// Per-scope eviction order, loaded on first need (see `eviction_head`).
+    lru: Mutex<HashMap<ScopeKey, BTreeSet<LruKey>>>,
     ops: Mutex<Ops>,
     wake: Condvar,
     stop: AtomicBool,
     /// Set when staging or committing the index failed; the outbox keeps the gap for the next
     /// open and `doctor` reports it.
     index_degraded: AtomicBool,
-    persist: Option<PersistMode>,
+    /// Acknowledge a write only after its batch is fsynced.
+    sync_writes: bool,
+    sync: Mutex<SyncState>,
+    synced: Condvar,
     clock: Clock,
     cap: usize,
     commit_every: usize,
@@ -228,7 +286,6 @@ impl EmbeddedStore {
             active: open_ks("active")?,
             retired: open_ks("retired")?,
             norms: open_ks("norms")?,
-            usage: open_ks("usage")?,
             scopes: open_ks("scopes")?,
             counters: open_ks("counters")?,
             outbox: open_ks("outbox")?,
@@ -260,14 +317,14 @@ impl EmbeddedStore {
             ks,
             index: opened.index,
             scope_locks: Mutex::new(HashMap::new()),
+            lru: Mutex::new(HashMap::new()),
             ops: Mutex::new(Ops::default()),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             index_degraded: AtomicBool::new(false),
-            persist: match b.durability {
-                Durability::Sync => Some(PersistMode::SyncData),
-                Durability::Buffered => None,
-            },
+            sync_writes: b.durability == Durability::Sync,
+            sync: Mutex::new(SyncState::default()),
+            synced: Condvar::new(),
             clock: b.clock.unwrap_or_else(system_clock),
             cap: b.cap,
             commit_every: b.commit_every,
@@ -320,8 +377,11 @@ impl EmbeddedStore {
 
     fn stop_indexer(&mut self) {
         if let Some(handle) = self.indexer.take() {
-            self.shared.stop.store(true, Ordering::SeqCst);
-            self.shared.wake.notify_all();
+            {
+                let _ops = self.shared.ops.lock();
+                self.shared.stop.store(true, Ordering::SeqCst);
+                self.shared.wake.notify_all();
+            }
             let _ = handle.join();
         }
     }
@@ -340,8 +400,44 @@ impl Shared {
         Arc::clone(locks.entry(scope.clone()).or_default())
     }
 
-    fn batch(&self) -> OwnedWriteBatch {
-        self.db.batch().durability(self.persist)
+    fn tx(&self) -> Tx {
+        Tx {
+            batch: self.db.batch(),
+            lru: Vec::new(),
+        }
+    }
+
+    /// Commits `batch` and, for a durable store, returns once it is fsynced. Concurrent writers
+    /// share fsyncs: the one that finds no fsync running runs one for every batch appended so
+    /// far; the others wait for it (and run the next one if theirs came too late).
+    fn commit_durable(&self, batch: OwnedWriteBatch) -> Result<()> {
+        batch.commit().map_err(st("committing a write"))?;
+        if !self.sync_writes {
+            return Ok(());
+        }
+        let mut state = self.sync.lock();
+        state.appended += 1;
+        let ticket = state.appended;
+        loop {
+            if state.synced >= ticket {
+                return Ok(());
+            }
+            if state.syncing {
+                self.synced.wait(&mut state);
+                continue;
+            }
+            state.syncing = true;
+            let target = state.appended;
+            drop(state);
+            let result = self.db.persist(PersistMode::SyncData);
+            state = self.sync.lock();
+            state.syncing = false;
+            if result.is_ok() {
+                state.synced = state.synced.max(target);
+            }
+            self.synced.notify_all();
+            result.map_err(st("syncing the journal"))?;
+        }
     }
 
     fn scope_meta(&self, scope: &ScopeKey) -> Result<ScopeMeta> {
@@ -404,47 +500,35 @@ impl Shared {
         Ok(())
     }
 
-    /// Writes an active record's keys: the record, its dedup key, its usage key.
-    fn put_active(&self, batch: &mut OwnedWriteBatch, r: &Record, seq: u64) -> Result<()> {
+    /// Writes an active record's keys: the record and its dedup key.
+    fn put_active(&self, tx: &mut Tx, r: &Record, seq: u64) -> Result<()> {
         let scope = &r.scope_key;
-        batch.insert(
+        tx.batch.insert(
             &self.ks.active,
             codec::active_key(scope, r.kind, seq),
             codec::encode_record(r, seq)?,
         );
-        batch.insert(
+        tx.batch.insert(
             &self.ks.norms,
             codec::norm_key(scope, &normalize(&r.text), seq),
             [],
         );
-        batch.insert(
-            &self.ks.usage,
-            codec::usage_key(scope, r.usage_time(), r.created_at, seq),
-            [],
-        );
+        tx.lru.push((None, Some(lru_key(r, seq))));
         Ok(())
     }
 
     /// Moves an active record to the retired keyspace: `old` (as stored) names the keys to
     /// remove; `kept` (its retired status, plus any bump of the same write) is what stays.
-    fn retire(
-        &self,
-        batch: &mut OwnedWriteBatch,
-        old: &Record,
-        kept: &Record,
-        seq: u64,
-    ) -> Result<()> {
+    fn retire(&self, tx: &mut Tx, old: &Record, kept: &Record, seq: u64) -> Result<()> {
         let scope = &old.scope_key;
-        batch.remove(&self.ks.active, codec::active_key(scope, old.kind, seq));
-        batch.remove(
+        tx.batch
+            .remove(&self.ks.active, codec::active_key(scope, old.kind, seq));
+        tx.batch.remove(
             &self.ks.norms,
             codec::norm_key(scope, &normalize(&old.text), seq),
         );
-        batch.remove(
-            &self.ks.usage,
-            codec::usage_key(scope, old.usage_time(), old.created_at, seq),
-        );
-        batch.insert(
+        tx.lru.push((Some(lru_key(old, seq)), None));
+        tx.batch.insert(
             &self.ks.retired,
             codec::retired_key(scope, seq),
             codec::encode_record(kept, seq)?,
@@ -453,31 +537,51 @@ impl Shared {
     }
 
     /// Rewrites an active record whose counts or times changed.
-    fn update_active(
-        &self,
-        batch: &mut OwnedWriteBatch,
-        old: &Record,
-        new: &Record,
-        seq: u64,
-    ) -> Result<()> {
+    fn update_active(&self, tx: &mut Tx, old: &Record, new: &Record, seq: u64) -> Result<()> {
         let scope = &new.scope_key;
-        batch.insert(
+        tx.batch.insert(
             &self.ks.active,
             codec::active_key(scope, new.kind, seq),
             codec::encode_record(new, seq)?,
         );
         if old.usage_time() != new.usage_time() {
-            batch.remove(
-                &self.ks.usage,
-                codec::usage_key(scope, old.usage_time(), old.created_at, seq),
-            );
-            batch.insert(
-                &self.ks.usage,
-                codec::usage_key(scope, new.usage_time(), new.created_at, seq),
-                [],
-            );
+            tx.lru
+                .push((Some(lru_key(old, seq)), Some(lru_key(new, seq))));
         }
         Ok(())
+    }
+
+    /// Applies a committed transaction's eviction-order edits, if that scope's order is loaded.
+    fn apply_lru(&self, scope: &ScopeKey, edits: Vec<(Option<LruKey>, Option<LruKey>)>) {
+        let mut lru = self.lru.lock();
+        if let Some(order) = lru.get_mut(scope) {
+            for (old, new) in edits {
+                if let Some(k) = old {
+                    order.remove(&k);
+                }
+                if let Some(k) = new {
+                    order.insert(k);
+                }
+            }
+        }
+    }
+
+    /// The first `n` active records of `scope` in eviction order. The order is kept in memory
+    /// per scope, loaded from the records on first need; callers hold the scope's lock.
+    fn eviction_head(&self, scope: &ScopeKey, n: usize) -> Result<Vec<u64>> {
+        if let Some(order) = self.lru.lock().get(scope) {
+            return Ok(order.iter().take(n).map(|k| k.2).collect());
+        }
+        let mut order = BTreeSet::new();
+        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?)?;
+            if let Some(seq) = r.seq() {
+                order.insert(lru_key(&r, seq));
+            }
+        }
+        let head = order.iter().take(n).map(|k| k.2).collect();
+        self.lru.lock().insert(scope.clone(), order);
+        Ok(head)
     }
 
     fn allocate_op(&self) -> u64 {
@@ -488,27 +592,31 @@ impl Shared {
         op
     }
 
-    /// Commits `batch` with an outbox entry for `refs` (when any), stages the index changes,
-    /// and registers them as pending.
+    /// Commits `batch` (durably) with an outbox entry naming the records of `ops_for_index`
+    /// (when any), stages those index changes, and registers them as pending.
     fn commit_with_outbox(
         &self,
-        mut batch: OwnedWriteBatch,
-        refs: Vec<(ScopeKey, u64)>,
+        scope: &ScopeKey,
+        tx: Tx,
         ops_for_index: Vec<IndexOp>,
     ) -> Result<()> {
-        if refs.is_empty() {
-            return batch.commit().map_err(st("committing a write"));
+        let Tx { mut batch, lru } = tx;
+        if ops_for_index.is_empty() {
+            self.commit_durable(batch)?;
+            self.apply_lru(scope, lru);
+            return Ok(());
         }
         let op = self.allocate_op();
-        let ids: Vec<String> = refs.iter().map(|(s, seq)| s.record_id(*seq)).collect();
+        let ids: Vec<&str> = ops_for_index.iter().map(IndexOp::id).collect();
         let result = codec::encode(&ids).and_then(|v| {
             batch.insert(&self.ks.outbox, op.to_be_bytes(), v);
-            batch.commit().map_err(st("committing a write"))
+            self.commit_durable(batch)
         });
         if let Err(e) = result {
             self.ops.lock().in_flight.remove(&op);
             return Err(e);
         }
+        self.apply_lru(scope, lru);
         if self.index.stage(&ops_for_index).is_err() {
             // The write is durable and its outbox entry stays (the op never leaves in_flight,
             // so the watermark cannot pass it); the next open replays it.
@@ -518,7 +626,13 @@ impl Shared {
         let wake = {
             let mut ops = self.ops.lock();
             ops.in_flight.remove(&op);
-            ops.pending.insert(op, refs);
+            ops.pending.insert(
+                op,
+                ops_for_index
+                    .iter()
+                    .filter_map(PendingDoc::from_op)
+                    .collect(),
+            );
             ops.pending.len() >= self.commit_every
         };
         if wake {
@@ -560,14 +674,10 @@ impl Shared {
     fn run_indexer(&self) {
         loop {
             {
+                // `stop` is set under this lock, so the check and the wait cannot miss it.
                 let mut ops = self.ops.lock();
                 if !self.stop.load(Ordering::SeqCst) && ops.pending.len() < self.commit_every {
-                    if ops.pending.is_empty() {
-                        self.wake.wait_for(&mut ops, self.commit_interval);
-                    } else {
-                        // Let a group form, but never hold a write back longer than the interval.
-                        self.wake.wait_for(&mut ops, self.commit_interval);
-                    }
+                    self.wake.wait_for(&mut ops, self.commit_interval);
                 }
             }
             if self.commit_index().is_err() {
@@ -799,15 +909,7 @@ impl MemoryStore for EmbeddedStore {
             snapshot.by_norm.insert(norm.clone(), hits);
         }
         if needs.eviction_head > 0 {
-            for g in
-                s.ks.usage
-                    .prefix(codec::scope_key_prefix(scope))
-                    .take(needs.eviction_head)
-            {
-                let k = g.key().map_err(st("reading the usage order"))?;
-                let Some(seq) = codec::trailing_seq(&k) else {
-                    continue;
-                };
+            for seq in s.eviction_head(scope, needs.eviction_head)? {
                 if let Some(r) = s.load_active(scope, seq)? {
                     snapshot.eviction_head.push(Shared::meta_of(&r, seq));
                     loaded.insert(seq, r);
@@ -817,8 +919,7 @@ impl MemoryStore for EmbeddedStore {
 
         let plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
 
-        let mut batch = s.batch();
-        let mut refs: Vec<(ScopeKey, u64)> = Vec::new();
+        let mut tx = s.tx();
         let mut index_ops: Vec<IndexOp> = Vec::new();
         let mut active = meta.active;
         for (&seq, touched) in plan.existing_changes() {
@@ -834,11 +935,10 @@ impl MemoryStore for EmbeddedStore {
             new.confidence = touched.meta.confidence;
             new.status = touched.status;
             if touched.status == Status::Active {
-                s.update_active(&mut batch, old, &new, seq)?;
+                s.update_active(&mut tx, old, &new, seq)?;
             } else {
-                s.retire(&mut batch, old, &new, seq)?;
+                s.retire(&mut tx, old, &new, seq)?;
                 active -= 1;
-                refs.push((scope.clone(), seq));
                 index_ops.push(IndexOp::Delete { id: old.id.clone() });
             }
         }
@@ -868,12 +968,11 @@ impl MemoryStore for EmbeddedStore {
                 summaries += 1;
             }
             if touched.status == Status::Active {
-                s.put_active(&mut batch, &r, insert.seq)?;
+                s.put_active(&mut tx, &r, insert.seq)?;
                 active += 1;
-                refs.push((scope.clone(), insert.seq));
                 index_ops.push(Shared::upsert_op(&r));
             } else {
-                batch.insert(
+                tx.batch.insert(
                     &s.ks.retired,
                     codec::retired_key(scope, insert.seq),
                     codec::encode_record(&r, insert.seq)?,
@@ -885,12 +984,13 @@ impl MemoryStore for EmbeddedStore {
             active,
         };
         if new_meta != meta {
-            batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&new_meta)?);
+            tx.batch
+                .insert(&s.ks.scopes, scope.as_str(), codec::encode(&new_meta)?);
         }
-        s.add_day(&mut batch, scope, now, |d| {
+        s.add_day(&mut tx.batch, scope, now, |d| {
             d.add_write(&plan.counts, summaries, options.tally.as_ref())
         })?;
-        s.commit_with_outbox(batch, refs, index_ops)?;
+        s.commit_with_outbox(scope, tx, index_ops)?;
         Ok(plan.counts)
     }
 
@@ -976,32 +1076,27 @@ impl MemoryStore for EmbeddedStore {
             .pending
             .values()
             .flatten()
-            .filter(|(sc, _)| sc == scope)
-            .map(|(_, seq)| *seq)
+            .filter(|d| &d.scope == scope && d.matches(&wanted))
+            .map(|d| d.seq)
             .collect();
-        let mut ids = s
+        let ids = s
             .index
             .search(scope.as_str(), &wanted, candidate_count(limit))?;
-        let mut seen: std::collections::HashSet<String> = ids.iter().cloned().collect();
-        let mut candidates = Vec::with_capacity(ids.len() + pending.len());
-        for id in ids.drain(..) {
-            if let Some((sc, seq)) = parse_record_id(&id) {
-                if &sc == scope {
-                    if let Some(r) = s.load_active(scope, seq)? {
-                        candidates.push(r);
-                    }
-                }
+        let mut seqs: Vec<u64> = ids
+            .iter()
+            .filter_map(|id| parse_record_id(id))
+            .filter(|(sc, _)| sc == scope)
+            .map(|(_, seq)| seq)
+            .collect();
+        for seq in pending {
+            if !seqs.contains(&seq) {
+                seqs.push(seq);
             }
         }
-        for seq in pending {
-            if !seen.insert(scope.record_id(seq)) {
-                continue;
-            }
+        let mut candidates = Vec::with_capacity(seqs.len());
+        for seq in seqs {
             if let Some(r) = s.load_active(scope, seq)? {
-                let set = record_tokens(&r.text, &r.keywords);
-                if wanted.iter().any(|t| set.contains(t)) {
-                    candidates.push(r);
-                }
+                candidates.push(r);
             }
         }
         let now = (s.clock)();
@@ -1014,7 +1109,7 @@ impl MemoryStore for EmbeddedStore {
         let _guard = lock.lock();
         // Usage bumps are not worth an fsync each: they survive a process crash, and a power
         // loss costs at most the last bumps, never a record.
-        let mut batch = s.db.batch();
+        let mut tx = s.tx();
         let mut out = Vec::with_capacity(ranked.len());
         for r in ranked {
             let Some(seq) = r.seq() else { continue };
@@ -1024,10 +1119,11 @@ impl MemoryStore for EmbeddedStore {
             let mut new = old.clone();
             new.use_count += 1;
             new.last_used_at = Some(now);
-            s.update_active(&mut batch, &old, &new, seq)?;
+            s.update_active(&mut tx, &old, &new, seq)?;
             out.push(new);
         }
-        batch.commit().map_err(st("recording usage"))?;
+        tx.batch.commit().map_err(st("recording usage"))?;
+        s.apply_lru(scope, tx.lru);
         Ok(out)
     }
 
@@ -1046,16 +1142,13 @@ impl MemoryStore for EmbeddedStore {
         };
         let now = (s.clock)();
         let mut meta = s.scope_meta(scope)?;
-        let mut batch = s.batch();
-        s.retire(&mut batch, &old, &with_status(&old, Status::Forgotten), seq)?;
+        let mut tx = s.tx();
+        s.retire(&mut tx, &old, &with_status(&old, Status::Forgotten), seq)?;
         meta.active = meta.active.saturating_sub(1);
-        batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-        s.add_day(&mut batch, scope, now, |d| d.forgotten += 1)?;
-        s.commit_with_outbox(
-            batch,
-            vec![(scope.clone(), seq)],
-            vec![IndexOp::Delete { id: old.id.clone() }],
-        )?;
+        tx.batch
+            .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        s.add_day(&mut tx.batch, scope, now, |d| d.forgotten += 1)?;
+        s.commit_with_outbox(scope, tx, vec![IndexOp::Delete { id: old.id.clone() }])?;
         Ok(true)
     }
 
@@ -1079,19 +1172,18 @@ impl MemoryStore for EmbeddedStore {
         }
         let now = (s.clock)();
         let mut meta = s.scope_meta(scope)?;
-        let mut batch = s.batch();
-        let mut refs = Vec::new();
+        let mut tx = s.tx();
         let mut ops = Vec::new();
         for r in &marked {
             let Some(seq) = r.seq() else { continue };
-            s.retire(&mut batch, r, &with_status(r, Status::Swept), seq)?;
-            refs.push((scope.clone(), seq));
+            s.retire(&mut tx, r, &with_status(r, Status::Swept), seq)?;
             ops.push(IndexOp::Delete { id: r.id.clone() });
         }
         meta.active = meta.active.saturating_sub(marked.len() as u64);
-        batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-        s.add_day(&mut batch, scope, now, |d| d.swept += receipt.swept)?;
-        s.commit_with_outbox(batch, refs, ops)?;
+        tx.batch
+            .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        s.add_day(&mut tx.batch, scope, now, |d| d.swept += receipt.swept)?;
+        s.commit_with_outbox(scope, tx, ops)?;
         Ok(receipt)
     }
 
@@ -1148,8 +1240,7 @@ impl MemoryStore for EmbeddedStore {
             let lock = s.scope_lock(scope);
             let _guard = lock.lock();
             let mut meta = s.scope_meta(scope)?;
-            let mut batch = s.batch();
-            let mut refs = Vec::new();
+            let mut tx = s.tx();
             let mut ops = Vec::new();
             let mut seen = BTreeSet::new();
             for r in list {
@@ -1159,12 +1250,11 @@ impl MemoryStore for EmbeddedStore {
                     continue;
                 }
                 if r.status == Status::Active {
-                    s.put_active(&mut batch, r, seq)?;
+                    s.put_active(&mut tx, r, seq)?;
                     meta.active += 1;
-                    refs.push((scope.clone(), seq));
                     ops.push(Shared::upsert_op(r));
                 } else {
-                    batch.insert(
+                    tx.batch.insert(
                         &s.ks.retired,
                         codec::retired_key(scope, seq),
                         codec::encode_record(r, seq)?,
@@ -1173,8 +1263,9 @@ impl MemoryStore for EmbeddedStore {
                 meta.next_seq = meta.next_seq.max(seq + 1);
                 report.imported += 1;
             }
-            batch.insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-            s.commit_with_outbox(batch, refs, ops)?;
+            tx.batch
+                .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+            s.commit_with_outbox(scope, tx, ops)?;
         }
         Ok(report)
     }

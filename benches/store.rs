@@ -1,0 +1,425 @@
+//! The store's operations beside a SQLite + FTS5 baseline on the same data, in the same run.
+//!
+//! Data: 5 scopes × 500 active records (80% facts, ~320-character texts) plus 400 retired rows
+//! each; and, for the window read, 1,000 scopes × 500 records (500,000; skip with
+//! `LESSONS_BENCH_LARGE=0`). Criterion measures each operation; afterwards a latency table
+//! (p50 / p99 over many samples, same method for both engines) prints the ratios.
+//!
+//! `cargo bench --bench store`
+
+mod support;
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, BenchmarkId, Criterion};
+use lessons::store::Clock;
+use lessons::{
+    Candidate, Durability, EmbeddedStore, ListQuery, MemoryStore, ScopeKey, WriteOptions,
+};
+use support::{brief, records, text, vocabulary, Rng, SqliteScope, NOW};
+
+const SCOPES: usize = 5;
+const ACTIVE: usize = 500;
+const RETIRED: usize = 400;
+
+fn scope(i: usize) -> ScopeKey {
+    ScopeKey::parse(&format!("repo:acme/app{i}")).expect("valid")
+}
+
+fn clock() -> Clock {
+    // A clock that moves, so recency and usage keys behave as in production.
+    let start = Instant::now();
+    Arc::new(move || NOW + start.elapsed().as_millis() as i64)
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    lessons: EmbeddedStore,
+    sqlite: Vec<SqliteScope>,
+    briefs: Vec<String>,
+}
+
+fn fixture(durability: Durability) -> Fixture {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut rng = Rng(0x5eed);
+    let lessons = EmbeddedStore::builder()
+        .durability(durability)
+        .clock(clock())
+        .open(dir.path().join("lessons"))
+        .expect("open");
+    let mut sqlite = Vec::new();
+    for i in 0..SCOPES {
+        let rs = records(&mut rng, &scope(i), ACTIVE, RETIRED);
+        lessons.import(&rs).expect("import");
+        let mut s = SqliteScope::open(&dir.path().join(format!("scope{i}.sqlite")), scope(i), true);
+        s.load(&rs);
+        sqlite.push(s);
+    }
+    lessons.flush().expect("flush");
+    let words = vocabulary();
+    let briefs = (0..64).map(|_| brief(&mut rng, &words, 400)).collect();
+    Fixture {
+        _dir: dir,
+        lessons,
+        sqlite,
+        briefs,
+    }
+}
+
+fn large_store(dir: &Path) -> EmbeddedStore {
+    let store = EmbeddedStore::builder()
+        .durability(Durability::Buffered)
+        .open(dir)
+        .expect("open");
+    let mut rng = Rng(0xb16);
+    for i in 0..1000 {
+        let s = ScopeKey::parse(&format!("repo:org{}/app{i}", i % 37)).expect("valid");
+        store
+            .import(&records(&mut rng, &s, ACTIVE, 0))
+            .expect("import");
+    }
+    store.flush().expect("flush");
+    store
+}
+
+fn large_enabled() -> bool {
+    std::env::var("LESSONS_BENCH_LARGE").map_or(true, |v| v != "0")
+}
+
+/// Four candidates as one reflection writes them: two new lessons, one restatement, one
+/// duplicate of an existing text.
+fn reflection(rng: &mut Rng, words: &[&str], s: &ScopeKey, existing_text: &str) -> Vec<Candidate> {
+    vec![
+        Candidate::fact(text(rng, words, 320), "bench"),
+        Candidate::fact(text(rng, words, 320), "bench"),
+        Candidate::fact("a paraphrase", "bench")
+            .restating(s.record_id((RETIRED + rng.below(ACTIVE)) as u64)),
+        Candidate::fact(existing_text, "bench"),
+    ]
+}
+
+fn sqlite_reflection(c: &[Candidate]) -> Vec<(String, Option<String>)> {
+    c.iter()
+        .map(|c| (c.text.clone(), c.restates.clone()))
+        .collect()
+}
+
+fn window_read(c: &mut Criterion) {
+    let f = fixture(Durability::Sync);
+    let mut g = c.benchmark_group("window_read");
+    let mut i = 0;
+    g.bench_function(BenchmarkId::new("lessons", "2.5k"), |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(
+                f.lessons
+                    .list(&scope(i % SCOPES), &ListQuery::window(24))
+                    .expect("list"),
+            )
+        })
+    });
+    g.bench_function(BenchmarkId::new("sqlite", "2.5k"), |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(f.sqlite[i % SCOPES].window(24))
+        })
+    });
+    if large_enabled() {
+        let dir = tempfile::tempdir().expect("dir");
+        let big = large_store(dir.path());
+        g.bench_function(BenchmarkId::new("lessons", "500k"), |b| {
+            b.iter(|| {
+                i += 1;
+                let s = ScopeKey::parse(&format!("repo:org{}/app{}", (i % 1000) % 37, i % 1000))
+                    .expect("valid");
+                black_box(big.list(&s, &ListQuery::window(24)).expect("list"))
+            })
+        });
+    }
+    g.finish();
+}
+
+fn retrieve(c: &mut Criterion) {
+    let mut f = fixture(Durability::Sync);
+    let mut g = c.benchmark_group("retrieve_400_token_brief_limit_8");
+    let mut i = 0;
+    g.bench_function("lessons", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(
+                f.lessons
+                    .retrieve(&scope(i % SCOPES), &f.briefs[i % 64], 8)
+                    .expect("retrieve"),
+            )
+        })
+    });
+    g.bench_function("sqlite", |b| {
+        b.iter(|| {
+            i += 1;
+            let brief = f.briefs[i % 64].clone();
+            black_box(f.sqlite[i % SCOPES].retrieve(&brief, 8, NOW + i as i64))
+        })
+    });
+    g.finish();
+}
+
+fn write_reflection(c: &mut Criterion) {
+    let mut f = fixture(Durability::Sync);
+    let words = vocabulary();
+    let mut rng = Rng(7);
+    let existing = "the license check fails on a resident tree; npm ci fixes it".to_owned();
+    let mut g = c.benchmark_group("write_reflection_4_candidates_fsync");
+    g.sample_size(30);
+    let mut i = 0;
+    g.bench_function("lessons", |b| {
+        b.iter(|| {
+            i += 1;
+            let s = scope(i % SCOPES);
+            let cs = reflection(&mut rng, &words, &s, &existing);
+            black_box(
+                f.lessons
+                    .write(&s, &cs, &WriteOptions::default())
+                    .expect("write"),
+            )
+        })
+    });
+    g.bench_function("sqlite_synchronous_full", |b| {
+        b.iter(|| {
+            i += 1;
+            let s = scope(i % SCOPES);
+            let cs = reflection(&mut rng, &words, &s, &existing);
+            f.sqlite[i % SCOPES].write(&sqlite_reflection(&cs), NOW + i as i64, 500);
+        })
+    });
+    g.finish();
+}
+
+fn open(c: &mut Criterion) {
+    let f = fixture(Durability::Sync);
+    let dir = f._dir.path().to_owned();
+    drop(f.lessons);
+    drop(f.sqlite);
+    let mut g = c.benchmark_group("open_2.5k_records");
+    g.sample_size(20);
+    g.bench_function("lessons", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let s = EmbeddedStore::open(dir.join("lessons")).expect("open");
+                total += t.elapsed();
+                drop(s);
+            }
+            total
+        })
+    });
+    g.bench_function("sqlite_5_scopes", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let dbs: Vec<SqliteScope> = (0..SCOPES)
+                    .map(|i| {
+                        SqliteScope::open(&dir.join(format!("scope{i}.sqlite")), scope(i), true)
+                    })
+                    .collect();
+                total += t.elapsed();
+                drop(dbs);
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+// ---- the latency table ----
+
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let at = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+    (at(0.50), at(0.99))
+}
+
+fn time(n: usize, mut f: impl FnMut(usize)) -> (Duration, Duration) {
+    for i in 0..n / 10 {
+        f(i);
+    }
+    let samples = (0..n)
+        .map(|i| {
+            let t = Instant::now();
+            f(i);
+            t.elapsed()
+        })
+        .collect();
+    percentiles(samples)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn row(name: &str, ours: (Duration, Duration), base: (Duration, Duration)) {
+    println!(
+        "| {name} | {} / {} | {} / {} | {:.1}× / {:.1}× |",
+        us(ours.0),
+        us(ours.1),
+        us(base.0),
+        us(base.1),
+        base.0.as_secs_f64() / ours.0.as_secs_f64(),
+        base.1.as_secs_f64() / ours.1.as_secs_f64()
+    );
+}
+
+fn latency_table() {
+    println!(
+        "\nLatency, p50 / p99 (same data, same run); ratio = SQLite ÷ lessons, higher is better\n"
+    );
+    println!("| operation | lessons | SQLite + FTS5 | ratio |");
+    println!("|---|---|---|---|");
+    let mut f = fixture(Durability::Sync);
+    let words = vocabulary();
+    let win = time(20_000, |i| {
+        black_box(
+            f.lessons
+                .list(&scope(i % SCOPES), &ListQuery::window(24))
+                .expect("list"),
+        );
+    });
+    let win_sql = time(20_000, |i| {
+        black_box(f.sqlite[i % SCOPES].window(24));
+    });
+    row("window read (24 newest facts, decoded)", win, win_sql);
+    let briefs = f.briefs.clone();
+    let ret = time(3_000, |i| {
+        black_box(
+            f.lessons
+                .retrieve(&scope(i % SCOPES), &briefs[i % 64], 8)
+                .expect("retrieve"),
+        );
+    });
+    let ret_sql = time(3_000, |i| {
+        black_box(f.sqlite[i % SCOPES].retrieve(&briefs[i % 64], 8, NOW + i as i64));
+    });
+    row("retrieve (400-token brief, limit 8)", ret, ret_sql);
+    let mut rng = Rng(11);
+    let existing = "the license check fails on a resident tree; npm ci fixes it".to_owned();
+    let wr = time(2_000, |i| {
+        let s = scope(i % SCOPES);
+        let cs = reflection(&mut rng, &words, &s, &existing);
+        f.lessons
+            .write(&s, &cs, &WriteOptions::default())
+            .expect("write");
+    });
+    let wr_sql = time(2_000, |i| {
+        let s = scope(i % SCOPES);
+        let cs = reflection(&mut rng, &words, &s, &existing);
+        f.sqlite[i % SCOPES].write(&sqlite_reflection(&cs), NOW + i as i64, 500);
+    });
+    row(
+        "durable write of one reflection (4 candidates, fsync)",
+        wr,
+        wr_sql,
+    );
+    let dir = f._dir.path().to_owned();
+    drop(f.lessons);
+    drop(f.sqlite);
+    // Open only: each store is closed outside the timed part.
+    let mut samples = Vec::new();
+    for _ in 0..30 {
+        let t = Instant::now();
+        let s = EmbeddedStore::open(dir.join("lessons")).expect("open");
+        samples.push(t.elapsed());
+        drop(s);
+    }
+    let op = percentiles(samples);
+    let op_sql = time(30, |_| {
+        let dbs: Vec<SqliteScope> = (0..SCOPES)
+            .map(|i| SqliteScope::open(&dir.join(format!("scope{i}.sqlite")), scope(i), true))
+            .collect();
+        drop(dbs);
+    });
+    row("open (2,500 active records)", op, op_sql);
+
+    // Throughput: 8 writer threads, each on its own scope, durable writes.
+    let threads = 8;
+    let per_thread = 250;
+    let tdir = tempfile::tempdir().expect("dir");
+    let store = Arc::new(
+        EmbeddedStore::builder()
+            .clock(clock())
+            .open(tdir.path().join("lessons"))
+            .expect("open"),
+    );
+    let t = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|k| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let words = vocabulary();
+                let mut rng = Rng(100 + k as u64);
+                let s = ScopeKey::parse(&format!("repo:acme/writer{k}")).expect("valid");
+                for _ in 0..per_thread {
+                    let cs = reflection(&mut rng, &words, &s, "the same lesson again");
+                    store
+                        .write(&s, &cs, &WriteOptions::default())
+                        .expect("write");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("writer");
+    }
+    let ours = (threads * per_thread) as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|k| {
+            let path = tdir.path().join(format!("w{k}.sqlite"));
+            std::thread::spawn(move || {
+                let words = vocabulary();
+                let mut rng = Rng(100 + k as u64);
+                let s = ScopeKey::parse(&format!("repo:acme/writer{k}")).expect("valid");
+                let mut db = SqliteScope::open(&path, s.clone(), true);
+                for i in 0..per_thread {
+                    let cs = reflection(&mut rng, &words, &s, "the same lesson again");
+                    db.write(&sqlite_reflection(&cs), NOW + i as i64, 500);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("writer");
+    }
+    let base = (threads * per_thread) as f64 / t.elapsed().as_secs_f64();
+    println!(
+        "| durable reflections/s, 8 writer threads | {ours:.0}/s | {base:.0}/s | {:.1}× |",
+        ours / base
+    );
+
+    if large_enabled() {
+        let ldir = tempfile::tempdir().expect("dir");
+        let big = large_store(ldir.path());
+        let w = time(20_000, |i| {
+            let s = ScopeKey::parse(&format!("repo:org{}/app{}", (i % 1000) % 37, i % 1000))
+                .expect("valid");
+            black_box(big.list(&s, &ListQuery::window(24)).expect("list"));
+        });
+        println!(
+            "| window read at 500,000 records (1,000 scopes) | {} / {} | — | {:.2}× the 2,500-record p50 |",
+            us(w.0),
+            us(w.1),
+            w.0.as_secs_f64() / win.0.as_secs_f64()
+        );
+    }
+}
+
+criterion_group!(benches, window_read, retrieve, write_reflection, open);
+
+fn main() {
+    benches();
+    latency_table();
+    Criterion::default().configure_from_args().final_summary();
+}
