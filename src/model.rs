@@ -6,8 +6,9 @@
 //! **Invariant:** a value of [`ScopeKey`] or [`Candidate`] that passed validation obeys every bound
 //! below; the store never re-checks them.
 
+use std::borrow::Cow;
 use std::fmt;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -40,9 +41,16 @@ static FORBIDDEN_IN_SCOPE: LazyLock<Regex> = LazyLock::new(|| {
 ///
 /// Non-empty, at most 200 characters, no whitespace, control, format, private-use or unassigned
 /// characters. It never contains NUL, which the store uses as the key separator.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct ScopeKey(String);
+///
+/// Cloning is a reference-count increment: every record read carries its scope.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScopeKey(Arc<str>);
+
+impl Serialize for ScopeKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
 
 impl ScopeKey {
     /// Validates `key`.
@@ -62,12 +70,12 @@ impl ScopeKey {
                 c as u32
             ));
         }
-        Ok(ScopeKey(key.to_owned()))
+        Ok(ScopeKey(Arc::from(key)))
     }
 
     /// A key read back from the store, which validated it on the way in.
-    pub(crate) fn trusted(key: String) -> ScopeKey {
-        ScopeKey(key)
+    pub(crate) fn trusted(key: &str) -> ScopeKey {
+        ScopeKey(Arc::from(key))
     }
 
     /// The key as text.
@@ -174,7 +182,7 @@ impl Status {
 }
 
 /// A stored record, as on the wire.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
     /// `mem:<scopeKey>:<seq>`.
@@ -185,7 +193,10 @@ pub struct Record {
     pub kind: Kind,
     /// The text; never changes.
     pub text: String,
-    /// Lowercased keywords; the text's tokens when the writer gave none.
+    /// The writer's keywords, lowercased; empty when the writer gave none, in which case the
+    /// wire shows the text's tokens ([`Record::wire_keywords`]). Matching always uses the
+    /// text's tokens and these.
+    #[serde(default)]
     pub keywords: Vec<String>,
     /// Provenance: the thread.
     pub source_thread_key: String,
@@ -212,7 +223,75 @@ pub struct Record {
     pub status: Status,
 }
 
+/// The wire form of a [`Record`]: field order and names as the Worker answers them.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRecord<'a> {
+    id: &'a str,
+    scope_key: &'a ScopeKey,
+    kind: Kind,
+    text: &'a str,
+    keywords: Cow<'a, [String]>,
+    source_thread_key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_run_id: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provenance: &'a Option<serde_json::Value>,
+    created_at: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_used_at: Option<i64>,
+    use_count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    confidence: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    supersedes: &'a Option<String>,
+    status: Status,
+}
+
+impl Serialize for Record {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        WireRecord {
+            id: &self.id,
+            scope_key: &self.scope_key,
+            kind: self.kind,
+            text: &self.text,
+            keywords: self.wire_keywords(),
+            source_thread_key: &self.source_thread_key,
+            source_run_id: &self.source_run_id,
+            provenance: &self.provenance,
+            created_at: self.created_at,
+            last_used_at: self.last_used_at,
+            use_count: self.use_count,
+            confidence: self.confidence,
+            supersedes: &self.supersedes,
+            status: self.status,
+        }
+        .serialize(s)
+    }
+}
+
+/// The keywords a record gets from its text when the writer gave none: its first distinct
+/// tokens, as many as the reference Worker keeps.
+pub fn default_keywords(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    crate::text::for_each_token(text, |t| {
+        if out.len() < DEFAULT_KEYWORDS && !out.iter().any(|w| w == t) {
+            out.push(t.to_owned());
+        }
+    });
+    out
+}
+
 impl Record {
+    /// The keywords as the wire shows them: the writer's, else the text's first distinct tokens.
+    pub fn wire_keywords(&self) -> Cow<'_, [String]> {
+        if self.keywords.is_empty() {
+            Cow::Owned(default_keywords(&self.text))
+        } else {
+            Cow::Borrowed(&self.keywords)
+        }
+    }
+
     /// The sequence number encoded in the id.
     pub fn seq(&self) -> Option<u64> {
         parse_record_id(&self.id).map(|(_, seq)| seq)
@@ -355,17 +434,9 @@ impl Candidate {
                 }
                 out
             }
-            _ => {
-                // The text's first distinct tokens, as many as the reference Worker keeps.
-                // Matching uses every token of the text anyway, so the cap loses no hit.
-                let mut out: Vec<String> = Vec::new();
-                crate::text::for_each_token(&self.text, |t| {
-                    if out.len() < DEFAULT_KEYWORDS && !out.iter().any(|w| w == t) {
-                        out.push(t.to_owned());
-                    }
-                });
-                out
-            }
+            // None given: stored empty, shown as the text's tokens (`Record::wire_keywords`).
+            // Matching uses every token of the text anyway, so nothing is lost.
+            _ => Vec::new(),
         };
         if let Some(p) = &self.provenance {
             check_provenance(p, scope).map_err(at)?;
@@ -391,7 +462,7 @@ pub struct ValidCandidate {
     pub kind: Kind,
     /// The text, as given.
     pub text: String,
-    /// Lowercased, deduplicated keywords.
+    /// Lowercased, deduplicated keywords; empty when the writer gave none.
     pub keywords: Vec<String>,
     /// Provenance: the thread.
     pub source_thread_key: String,
@@ -531,7 +602,7 @@ mod tests {
         let ok = Candidate::fact("Run NPM ci", "t")
             .validate(&scope, 0)
             .expect("valid");
-        assert_eq!(ok.keywords, ["run", "npm", "ci"]);
+        assert!(ok.keywords.is_empty(), "no keywords given: none stored");
         let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
         assert_eq!(
             blank.expect_err("blank"),
@@ -578,5 +649,15 @@ mod tests {
         assert!(!json.contains("null"), "{json}");
         assert!(json.contains("\"scopeKey\":\"org:a\""));
         assert!(json.contains("\"sourceThreadKey\""));
+        let mut r = r;
+        r.text = "Run npm CI, run it twice".into();
+        let json = serde_json::to_string(&r).expect("serializes");
+        assert!(
+            json.contains("\"keywords\":[\"run\",\"npm\",\"ci\",\"it\",\"twice\"]"),
+            "{json}"
+        );
+        r.keywords = vec!["license".into()];
+        let json = serde_json::to_string(&r).expect("serializes");
+        assert!(json.contains("\"keywords\":[\"license\"]"), "{json}");
     }
 }

@@ -102,16 +102,10 @@ pub fn records(rng: &mut Rng, scope: &ScopeKey, active: usize, retired: usize) -
                 id: scope.record_id(seq as u64),
                 scope_key: scope.clone(),
                 kind,
-                keywords: {
-                    let mut k: Vec<String> = Vec::new();
-                    // As the store defaults them: the text's first 20 distinct tokens.
-                    for tok in tokenize(&t) {
-                        if k.len() < 20 && !k.contains(&tok) {
-                            k.push(tok);
-                        }
-                    }
-                    k
-                },
+                // As an extractor writes them: a handful of lowercased keywords.
+                keywords: (0..6)
+                    .map(|_| words[rng.below(words.len())].to_owned())
+                    .collect(),
                 text: t,
                 source_thread_key: format!("slack:C1:{seq}"),
                 source_run_id: None,

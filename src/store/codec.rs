@@ -19,7 +19,8 @@
 //!
 //! Values are one format-version byte, then postcard. An unknown version is an error.
 
-use serde::de::DeserializeOwned;
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -36,7 +37,7 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8], what: &str) -> Result<T> {
     match bytes.split_first() {
         Some((&FORMAT_VERSION, body)) => {
             postcard::from_bytes(body).map_err(|e| Error::format(format!("{what} does not decode: {e}")))
@@ -169,23 +170,25 @@ fn status_from(b: u8) -> Result<Status> {
 }
 
 /// A record as stored: explicit byte tags, provenance as JSON text (postcard cannot carry a
-/// self-describing JSON value).
+/// self-describing JSON value). Encoding borrows the record's fields; decoding borrows only the
+/// scope, which a read usually already holds.
 #[derive(Serialize, Deserialize)]
-struct StoredRecord {
-    scope: String,
+struct StoredRecord<'a> {
+    #[serde(borrow)]
+    scope: &'a str,
     seq: u64,
     kind: u8,
     status: u8,
-    text: String,
-    keywords: Vec<String>,
-    source_thread_key: String,
-    source_run_id: Option<String>,
+    text: Cow<'a, str>,
+    keywords: Cow<'a, [String]>,
+    source_thread_key: Cow<'a, str>,
+    source_run_id: Option<Cow<'a, str>>,
     provenance: Option<String>,
     created_at: i64,
     last_used_at: Option<i64>,
     use_count: u64,
     confidence: Option<f64>,
-    supersedes: Option<String>,
+    supersedes: Option<Cow<'a, str>>,
 }
 
 pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
@@ -197,27 +200,32 @@ pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
         None => None,
     };
     encode(&StoredRecord {
-        scope: r.scope_key.as_str().to_owned(),
+        scope: r.scope_key.as_str(),
         seq,
         kind: kind_byte(r.kind),
         status: status_byte(r.status),
-        text: r.text.clone(),
-        keywords: r.keywords.clone(),
-        source_thread_key: r.source_thread_key.clone(),
-        source_run_id: r.source_run_id.clone(),
+        text: Cow::Borrowed(&r.text),
+        keywords: Cow::Borrowed(&r.keywords),
+        source_thread_key: Cow::Borrowed(&r.source_thread_key),
+        source_run_id: r.source_run_id.as_deref().map(Cow::Borrowed),
         provenance,
         created_at: r.created_at,
         last_used_at: r.last_used_at,
         use_count: r.use_count,
         confidence: r.confidence,
-        supersedes: r.supersedes.clone(),
+        supersedes: r.supersedes.as_deref().map(Cow::Borrowed),
     })
 }
 
-pub fn decode_record(bytes: &[u8]) -> Result<Record> {
-    let s: StoredRecord = decode(bytes, "a record")?;
-    // Validated when it was written; parsing it again would cost a scan per record read.
-    let scope = ScopeKey::trusted(s.scope);
+/// Decodes a stored record. `known`: the scope the caller read it from, whose key is then shared
+/// instead of copied (checked, not trusted).
+pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
+    let s: StoredRecord<'_> = decode(bytes, "a record")?;
+    let scope = match known {
+        Some(k) if k.as_str() == s.scope => k.clone(),
+        // Validated when it was written; parsing it again would cost a scan per record read.
+        _ => ScopeKey::trusted(s.scope),
+    };
     let kind = match s.kind {
         0 => Kind::Fact,
         1 => Kind::Summary,
@@ -234,16 +242,16 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record> {
         id: scope.record_id(s.seq),
         scope_key: scope,
         kind,
-        text: s.text,
-        keywords: s.keywords,
-        source_thread_key: s.source_thread_key,
-        source_run_id: s.source_run_id,
+        text: s.text.into_owned(),
+        keywords: s.keywords.into_owned(),
+        source_thread_key: s.source_thread_key.into_owned(),
+        source_run_id: s.source_run_id.map(Cow::into_owned),
         provenance,
         created_at: s.created_at,
         last_used_at: s.last_used_at,
         use_count: s.use_count,
         confidence: s.confidence,
-        supersedes: s.supersedes,
+        supersedes: s.supersedes.map(Cow::into_owned),
         status: status_from(s.status)?,
     })
 }
@@ -279,7 +287,7 @@ mod tests {
         let e = decode::<ScopeMeta>(&future, "meta").expect_err("version 9");
         assert!(e.to_string().contains("format version 9"), "{e}");
         assert!(decode::<ScopeMeta>(&[], "meta").is_err());
-        assert!(decode_record(&[FORMAT_VERSION, 0xff, 0xff]).is_err());
+        assert!(decode_record(&[FORMAT_VERSION, 0xff, 0xff], None).is_err());
     }
 
     #[test]

@@ -461,7 +461,7 @@ impl Shared {
                 .get(codec::active_key(scope, kind, seq))
                 .map_err(st("reading a record"))?
             {
-                return codec::decode_record(&v).map(Some);
+                return codec::decode_record(&v, Some(scope)).map(Some);
             }
         }
         Ok(None)
@@ -477,7 +477,7 @@ impl Shared {
             .get(codec::retired_key(scope, seq))
             .map_err(st("reading a record"))?
         {
-            Some(v) => codec::decode_record(&v).map(Some),
+            Some(v) => codec::decode_record(&v, Some(scope)).map(Some),
             None => Ok(None),
         }
     }
@@ -574,7 +574,7 @@ impl Shared {
         }
         let mut order = BTreeSet::new();
         for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
-            let r = codec::decode_record(&g.value().map_err(st("reading records"))?)?;
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
             if let Some(seq) = r.seq() {
                 order.insert(lru_key(&r, seq));
             }
@@ -793,7 +793,7 @@ impl Shared {
         let snapshot = self.db.snapshot();
         let docs = snapshot.iter(&self.ks.active).map(|g| {
             let v = g.value().map_err(st("reading records"))?;
-            codec::decode_record(&v).map(|r| Self::upsert_op(&r))
+            codec::decode_record(&v, None).map(|r| Self::upsert_op(&r))
         });
         self.index.rebuild(docs, watermark)
     }
@@ -808,7 +808,7 @@ impl Shared {
         let snapshot = self.db.snapshot();
         for g in snapshot.iter(&self.ks.active) {
             let (k, v) = g.into_inner().map_err(st("reading records"))?;
-            let r = codec::decode_record(&v)?;
+            let r = codec::decode_record(&v, None)?;
             health.active_records += 1;
             *per_scope.entry(r.scope_key.clone()).or_default() += 1;
             let Some(seq) = r.seq() else { continue };
@@ -1005,7 +1005,7 @@ impl MemoryStore for EmbeddedStore {
         if let Some(kind) = query.kind {
             for g in s.ks.active.prefix(codec::active_prefix(scope, kind)) {
                 let v = g.value().map_err(st("reading records"))?;
-                let r = codec::decode_record(&v)?;
+                let r = codec::decode_record(&v, Some(scope))?;
                 if keep(&r) {
                     out.push(r);
                     if out.len() == query.limit {
@@ -1030,6 +1030,7 @@ impl MemoryStore for EmbeddedStore {
                 if let Some(g) = facts.next() {
                     next_fact = Some(codec::decode_record(
                         &g.value().map_err(st("reading records"))?,
+                        Some(scope),
                     )?);
                 }
             }
@@ -1037,6 +1038,7 @@ impl MemoryStore for EmbeddedStore {
                 if let Some(g) = sums.next() {
                     next_sum = Some(codec::decode_record(
                         &g.value().map_err(st("reading records"))?,
+                        Some(scope),
                     )?);
                 }
             }
@@ -1158,7 +1160,7 @@ impl MemoryStore for EmbeddedStore {
         let _guard = lock.lock();
         let mut marked = Vec::new();
         for g in s.ks.active.prefix(codec::active_prefix(scope, Kind::Fact)) {
-            let r = codec::decode_record(&g.value().map_err(st("reading records"))?)?;
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
             if crate::gate::is_status(&r.text) {
                 marked.push(r);
             }
@@ -1215,6 +1217,7 @@ impl MemoryStore for EmbeddedStore {
                 for g in snap.prefix(ks, &prefix) {
                     records.push(codec::decode_record(
                         &g.value().map_err(st("reading records"))?,
+                        Some(&scope),
                     )?);
                 }
             }
