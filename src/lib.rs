@@ -17,6 +17,29 @@
 //! assert!(rejection_markers(lesson).is_empty());
 //! ```
 //!
+//! The store, in ten lines:
+//!
+//! ```
+//! use lessons::{Candidate, EmbeddedStore, ListQuery, MemoryStore, ScopeKey, WriteOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("lessons-doc-{}", std::process::id()));
+//! let store = EmbeddedStore::open(&dir)?; // fsync per write by default
+//! let repo = ScopeKey::parse("repo:acme/app")?;
+//! let lesson = Candidate::fact("the license check fails when nested node_modules were dropped; npm ci fixes it", "slack:C1:1700");
+//! let counts = store.write(&repo, &[lesson], &WriteOptions::default())?;
+//! assert_eq!(counts.inserted, 1);
+//! let window = store.list(&repo, &ListQuery::window(24))?; // the newest facts, no usage bump
+//! let hits = store.retrieve(&repo, "why does the license check fail?", 8)?; // BM25 + recency
+//! assert_eq!(hits[0].id, window[0].id);
+//! let again = Candidate::fact("nested node_modules loss breaks the license check", "slack:C1:1800")
+//!     .restating(&window[0].id); // the same lesson in new words
+//! assert_eq!(store.write(&repo, &[again], &WriteOptions::default())?.restated, 1);
+//! # drop(store);
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Modules, one question each (see `ARCHITECTURE.md`):
 //! - [`gate`]: which status and change-description markers does this text carry?
 //! - [`redact`]: which spans of this text are secrets?

@@ -105,6 +105,8 @@ pub struct Config {
     pub cap: Option<usize>,
     /// `"sync"` (fsync before acknowledging; the default) or `"buffered"`.
     pub durability: Option<String>,
+    /// The records' block cache in MiB (default 64).
+    pub cache_mib: Option<u64>,
 }
 
 impl Config {
@@ -142,6 +144,14 @@ pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
     let mut b: EmbeddedStoreBuilder = EmbeddedStore::builder().clock(system_clock());
     if let Some(cap) = config.cap {
         b = b.cap(cap);
+    }
+    if let Some(mib) = config.cache_mib {
+        if !(1..=1 << 20).contains(&mib) {
+            return Err(Failure(format!(
+                "config cacheMib must be between 1 and 1048576, not {mib}"
+            )));
+        }
+        b = b.cache_bytes(mib << 20);
     }
     b = match config.durability.as_deref() {
         None | Some("sync") => b.durability(Durability::Sync),

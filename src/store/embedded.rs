@@ -59,7 +59,11 @@ pub struct EmbeddedStoreBuilder {
     clock: Option<Clock>,
     commit_every: usize,
     commit_interval: Duration,
+    cache_bytes: u64,
 }
+
+/// The default block cache: enough for the hot windows of a few hundred scopes.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
 
 impl Default for EmbeddedStoreBuilder {
     fn default() -> Self {
@@ -69,6 +73,7 @@ impl Default for EmbeddedStoreBuilder {
             clock: None,
             commit_every: 1024,
             commit_interval: Duration::from_secs(1),
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -98,6 +103,13 @@ impl EmbeddedStoreBuilder {
     pub fn index_commit(mut self, every: usize, interval: Duration) -> Self {
         self.commit_every = every.max(1);
         self.commit_interval = interval;
+        self
+    }
+
+    /// The records' block cache in bytes (default 64 MiB). Reads stay as fast at 500,000
+    /// records as at 2,500 while the blocks they touch fit in it.
+    pub fn cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = bytes;
         self
     }
 
@@ -262,6 +274,7 @@ impl EmbeddedStore {
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let db = match Database::builder(dir.join("records"))
             .max_journaling_size(64 << 20)
+            .cache_size(b.cache_bytes)
             .open()
         {
             Ok(db) => db,
@@ -276,6 +289,7 @@ impl EmbeddedStore {
             }
             Err(e) => return Err(Error::storage(format!("opening {}", dir.display()), e)),
         };
+        // Small memtables keep the journal that every open replays short.
         let open_ks = |name: &str| {
             db.keyspace(name, || {
                 KeyspaceCreateOptions::default().max_memtable_size(8 << 20)

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health};
+pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFAULT_CACHE_BYTES};
 pub use memory::InMemoryStore;
 
 use crate::error::{Error, Result};
