@@ -50,25 +50,33 @@
 //! - [`store`]: the [`MemoryStore`] contract; [`EmbeddedStore`] (fjall + tantivy) and
 //!   [`InMemoryStore`].
 //! - [`index`]: the tantivy keyword index.
+//! - [`context`]: which records does a run see, and exactly what bytes?
+//! - [`reflect`]: the extractor's prompt, reading its reply, routing facts to scopes.
+//! - [`memory`]: what a bot calls per run, in order, against a store.
 
 #![forbid(unsafe_code)]
 
+pub mod context;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gate;
 pub mod index;
+pub mod memory;
 pub mod model;
 pub mod plan;
 pub mod rank;
 pub mod redact;
+pub mod reflect;
 pub mod store;
 pub mod text;
 
+pub use context::{ContextConfig, RunScopes};
 pub use error::{Error, ErrorKind, Result};
 pub use gate::{rejection_markers, Marker};
 pub use model::{Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
 pub use redact::redact_secrets;
+pub use reflect::{Origin, ReflectionOutcome};
 pub use store::{
     Durability, EmbeddedStore, InMemoryStore, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
 };

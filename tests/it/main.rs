@@ -1,6 +1,7 @@
 //! All integration tests, one binary (one link, shared helpers).
 
 mod cli;
+mod context;
 mod fuzz_corpus;
 mod gate;
 mod model_check;
