@@ -161,7 +161,8 @@ pub fn reflect(
     let home = run.repo.clone().unwrap_or_else(|| run.org.clone());
     let mut tally = Some(Tally {
         offered: reflection.offered,
-        rejected: reflection.rejected_by.clone(),
+        rejected: reflection.rejected,
+        rejected_by: reflection.rejected_by.clone(),
     });
     let mut writes: BTreeMap<ScopeKey, Vec<crate::Candidate>> = routed.facts;
     if tally.as_ref().is_some_and(|t| t.offered > 0) {

@@ -2,6 +2,7 @@
 //! only [`run`] turns them into exit codes and stderr lines.
 
 mod gate;
+mod run_cmds;
 mod store_cmds;
 
 use std::ffi::OsString;
@@ -58,6 +59,12 @@ pub enum Command {
     Doctor(store_cmds::DoctorArgs),
     /// What happened per scope per day: offered, rejected, restated, inserted, deduped, ...
     Stats(store_cmds::StatsArgs),
+    /// The system-prompt block a run gets: the repository's newest lessons, then keyword hits.
+    Context(run_cmds::ContextArgs),
+    /// The extractor prompt for a finished run, and the records it shows (--json for `reflect`).
+    Prompt(run_cmds::PromptArgs),
+    /// Write an extractor's reply (stdin): gate, route, write; prints the [memory] outcome line.
+    Reflect(run_cmds::ReflectArgs),
 }
 
 /// What a command that ran reports: success, or a finding that maps to exit code 1.
@@ -107,6 +114,9 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Import(args) => store_cmds::import(&cli, args),
         Command::Doctor(args) => store_cmds::doctor(&cli, args),
         Command::Stats(args) => store_cmds::stats(&cli, args),
+        Command::Context(args) => run_cmds::context(&cli, args),
+        Command::Prompt(args) => run_cmds::prompt(&cli, args),
+        Command::Reflect(args) => run_cmds::reflect_cmd(&cli, args),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -107,6 +107,14 @@ pub struct Config {
     pub durability: Option<String>,
     /// The records' block cache in MiB (default 64).
     pub cache_mib: Option<u64>,
+    /// Memory on (default) or off: off, `context` prints no block and opens no store.
+    pub enabled: Option<bool>,
+    /// Records in a run's block at most (default 32).
+    pub limit: Option<usize>,
+    /// Tokens of a run's block at most (default 3000).
+    pub max_tokens: Option<usize>,
+    /// Newest repository facts in every run's block (default 24; 0: search the repository).
+    pub repo_window: Option<usize>,
 }
 
 impl Config {
@@ -562,10 +570,14 @@ fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
 /// One day of one scope as a person reads it.
 pub fn human_day(d: &DayStats) -> String {
     let c = &d.counters;
-    let rejected = if c.rejected.is_empty() {
+    let rejected = if c.rejected_by.is_empty() {
         String::new()
     } else {
-        let by: Vec<String> = c.rejected.iter().map(|(m, n)| format!("{m} {n}")).collect();
+        let by: Vec<String> = c
+            .rejected_by
+            .iter()
+            .map(|(m, n)| format!("{m} {n}"))
+            .collect();
         format!(" ({})", by.join(", "))
     };
     format!(
@@ -573,7 +585,7 @@ pub fn human_day(d: &DayStats) -> String {
         d.day,
         d.scope_key,
         c.offered,
-        c.rejected_total(),
+        c.rejected,
         c.restated,
         c.inserted,
         c.deduped,

@@ -51,8 +51,10 @@ pub fn system_clock() -> Clock {
 pub struct Tally {
     /// Facts the extractor offered.
     pub offered: u64,
-    /// Facts the gate rejected, by marker name.
-    pub rejected: BTreeMap<String, u64>,
+    /// Facts the gate rejected.
+    pub rejected: u64,
+    /// Rejections by marker name (a fact with two markers counts under both).
+    pub rejected_by: BTreeMap<String, u64>,
 }
 
 /// Options of one write.
@@ -119,11 +121,13 @@ pub struct ImportReport {
 pub struct DayCounters {
     /// Facts an extractor offered.
     pub offered: u64,
-    /// Facts the gate rejected, by marker.
-    pub rejected: BTreeMap<String, u64>,
+    /// Facts the gate rejected.
+    pub rejected: u64,
+    /// Rejections by marker name (a fact with two markers counts under both).
+    pub rejected_by: BTreeMap<String, u64>,
     /// Candidates that restated a record.
     pub restated: u64,
-    /// Records inserted (facts and summaries).
+    /// Facts inserted.
     pub inserted: u64,
     /// Candidates deduplicated onto a record.
     pub deduped: u64,
@@ -143,15 +147,17 @@ impl DayCounters {
     /// Adds what one write did.
     pub fn add_write(&mut self, counts: &WriteCounts, summaries: u64, tally: Option<&Tally>) {
         self.restated += counts.restated;
-        self.inserted += counts.inserted;
+        // Facts only: summaries have their own counter.
+        self.inserted += counts.inserted.saturating_sub(summaries);
         self.deduped += counts.deduped;
         self.superseded += counts.superseded;
         self.evicted += counts.evicted;
         self.summaries += summaries;
         if let Some(t) = tally {
             self.offered += t.offered;
-            for (marker, n) in &t.rejected {
-                *self.rejected.entry(marker.clone()).or_default() += n;
+            self.rejected += t.rejected;
+            for (marker, n) in &t.rejected_by {
+                *self.rejected_by.entry(marker.clone()).or_default() += n;
             }
         }
     }
@@ -159,8 +165,9 @@ impl DayCounters {
     /// Adds another day's counters.
     pub fn merge(&mut self, o: &DayCounters) {
         self.offered += o.offered;
-        for (marker, n) in &o.rejected {
-            *self.rejected.entry(marker.clone()).or_default() += n;
+        self.rejected += o.rejected;
+        for (marker, n) in &o.rejected_by {
+            *self.rejected_by.entry(marker.clone()).or_default() += n;
         }
         self.restated += o.restated;
         self.inserted += o.inserted;
@@ -170,11 +177,6 @@ impl DayCounters {
         self.swept += o.swept;
         self.forgotten += o.forgotten;
         self.summaries += o.summaries;
-    }
-
-    /// Total rejections.
-    pub fn rejected_total(&self) -> u64 {
-        self.rejected.values().sum()
     }
 }
 

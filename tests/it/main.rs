@@ -5,6 +5,7 @@ mod context;
 mod fuzz_corpus;
 mod gate;
 mod model_check;
+mod reflection;
 mod store;
 mod text;
 mod util;

@@ -163,7 +163,8 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     offered: cs.len() as u64 + 1,
                     ..Tally::default()
                 };
-                tally.rejected.insert("sha".into(), 1);
+                tally.rejected = 1;
+                tally.rejected_by.insert("sha".into(), 1);
                 let o = WriteOptions {
                     cap: Some(*cap),
                     tally: Some(tally),

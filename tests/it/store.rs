@@ -513,7 +513,8 @@ fn counters_are_per_scope_per_day() {
             offered: 4,
             ..Tally::default()
         };
-        tally.rejected.insert("sha".into(), 1);
+        tally.rejected = 1;
+        tally.rejected_by.insert("sha".into(), 1);
         let cs = [
             Candidate::fact("lesson a", "t"),
             Candidate::summary("a run", "t"),
@@ -541,8 +542,8 @@ fn counters_are_per_scope_per_day() {
         assert_eq!(days[0].day, "2026-11-30");
         let d0 = &days[0].counters;
         assert_eq!(
-            (d0.offered, d0.rejected_total(), d0.inserted, d0.summaries),
-            (4, 1, 2, 1)
+            (d0.offered, d0.rejected, d0.inserted, d0.summaries),
+            (4, 1, 1, 1)
         );
         let d1 = &days[1].counters;
         assert_eq!((d1.inserted, d1.deduped, d1.swept), (1, 1, 1));
