@@ -17,3 +17,43 @@ pub fn gate(data: &[u8]) {
         "gate is not deterministic"
     );
 }
+
+/// The extractor-reply parser on arbitrary bytes: never panics, and what it accepts obeys the
+/// rules (at most five facts, none carrying a marker, pointers only into the shown set,
+/// keywords lowercased and at most ten, counts that add up).
+pub fn reflection(data: &[u8]) {
+    use crate::reflect::{parse_reflection, Shown, MAX_FACTS, MAX_FACT_KEYWORDS};
+    let reply = String::from_utf8_lossy(data);
+    let shown = [
+        Shown {
+            handle: "1".into(),
+            id: "mem:repo:acme/app:3".into(),
+        },
+        Shown {
+            handle: "2".into(),
+            id: "mem:org:acme:0".into(),
+        },
+    ];
+    let r = parse_reflection(&reply, &shown);
+    assert!(r.facts.len() <= MAX_FACTS);
+    assert!(r.facts.len() as u64 + r.rejected + r.dropped <= r.offered);
+    for f in &r.facts {
+        assert!(
+            rejection_markers(&f.text).is_empty(),
+            "an accepted fact carries a marker"
+        );
+        assert!(!f.text.trim().is_empty());
+        assert!(f.keywords.len() <= MAX_FACT_KEYWORDS);
+        assert!(f.keywords.iter().all(|k| *k == k.to_lowercase()));
+        for p in [&f.restates, &f.supersedes].into_iter().flatten() {
+            assert!(
+                shown.iter().any(|s| &s.id == p),
+                "a pointer outside the shown set"
+            );
+        }
+        assert!(f.confidence.is_none_or(|c| (0.6..=1.0).contains(&c)));
+    }
+    if r.error.is_some() {
+        assert!(r.facts.is_empty() && r.summary.is_none());
+    }
+}

@@ -297,3 +297,120 @@ fn a_second_process_on_the_store_is_told_to_use_the_server() {
         "{err}"
     );
 }
+
+#[test]
+fn a_run_scripted_through_context_prompt_and_reflect() {
+    let dir = tempfile::tempdir().expect("dir");
+    let d = dir.path().join("store");
+    let seed = r#"[{"kind":"fact","text":"the license check fails when nested node_modules were dropped; npm ci fixes it","sourceThreadKey":"slack:C1:1"}]"#;
+    let w = in_store(&d, &["write", "--scope", "repo:acme/app"], seed);
+    assert_eq!(w.status.code(), Some(0), "{}", stderr(&w));
+
+    let ctx = in_store(
+        &d,
+        &[
+            "context",
+            "--org",
+            "acme",
+            "--repo",
+            "acme/app",
+            "--brief",
+            "add a drift check",
+        ],
+        "",
+    );
+    assert_eq!(ctx.status.code(), Some(0), "{}", stderr(&ctx));
+    assert_eq!(
+        stdout(&ctx),
+        "Background memory for org:acme + repo:acme/app (may be outdated \u{2014} verify before acting):\n<background_memory>\n- the license check fails when nested node_modules were dropped; npm ci fixes it (source: slack:C1:1)\n</background_memory>\n"
+    );
+    let none = in_store(
+        &d,
+        &["context", "--org", "other", "--brief", "anything"],
+        "",
+    );
+    assert_eq!(stdout(&none), "", "no block, nothing printed");
+
+    let p = in_store(
+        &d,
+        &[
+            "prompt",
+            "--org",
+            "acme",
+            "--repo",
+            "acme/app",
+            "--request",
+            "add a drift check",
+            "--answer",
+            "license check failed; npm ci fixed it",
+            "--json",
+        ],
+        "",
+    );
+    assert_eq!(p.status.code(), Some(0), "{}", stderr(&p));
+    let prompt = json_of(&p);
+    assert_eq!(
+        prompt["shown"],
+        serde_json::json!([{"handle": "1", "id": "mem:repo:acme/app:0"}])
+    );
+    assert!(prompt["input"]
+        .as_str()
+        .is_some_and(|i| i.contains("[1] (fact) the license check fails")));
+    let shown_file = dir.path().join("shown.json");
+    std::fs::write(&shown_file, stdout(&p)).expect("write shown");
+
+    let reply = r#"Sure:
+```json
+{"facts":[{"text":"PR 9 was merged","audience":"repo"},{"text":"npm ci fixes the license false positive","audience":"repo","restates":"[1]","confidence":0.9}],"summary":"A run added a drift check."}
+```"#;
+    let shown_arg = shown_file.to_str().expect("utf-8");
+    let r = in_store(
+        &d,
+        &[
+            "reflect",
+            "--org",
+            "acme",
+            "--repo",
+            "acme/app",
+            "--shown",
+            shown_arg,
+            "--thread",
+            "slack:C1:2",
+        ],
+        reply,
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    assert_eq!(
+        stdout(&r),
+        "[memory] offered 2, rejected 1, restated 1, inserted 0, deduped 0, summary 1\n"
+    );
+    let rj = in_store(
+        &d,
+        &[
+            "reflect", "--org", "acme", "--repo", "acme/app", "--shown", shown_arg, "--json",
+        ],
+        r#"{"facts":[{"text":"sha 3f9a2c1 broke it"}]}"#,
+    );
+    assert_eq!(
+        json_of(&rj),
+        serde_json::json!({"offered": 1, "rejected": 1, "rejectedBy": {"sha": 1}, "restated": 0, "inserted": 0, "deduped": 0, "summary": 0})
+    );
+    let bad = in_store(
+        &d,
+        &["reflect", "--org", "acme", "--shown", shown_arg],
+        "no json at all",
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(
+        stdout(&bad),
+        "[memory] reflection output rejected (the reply holds no JSON object); nothing written\n"
+    );
+    let stats = in_store(&d, &["stats"], "");
+    let line = stdout(&stats);
+    assert!(
+        line.contains(
+            "repo:acme/app: offered 3, rejected 2 (delivery 1, reference 1, sha 1), restated 1"
+        ),
+        "{line}"
+    );
+}

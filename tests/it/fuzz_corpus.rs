@@ -32,3 +32,16 @@ fn gate_corpus_replays() {
         lessons::fuzzing::gate(&data);
     }
 }
+
+#[test]
+fn reflection_corpus_replays() {
+    let files = corpus("reflection");
+    assert!(
+        files.len() >= 10,
+        "the reflection corpus is too small: {}",
+        files.len()
+    );
+    for (_, data) in files {
+        lessons::fuzzing::reflection(&data);
+    }
+}
