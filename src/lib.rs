@@ -53,6 +53,8 @@
 //! - [`context`]: which records does a run see, and exactly what bytes?
 //! - [`reflect`]: the extractor's prompt, reading its reply, routing facts to scopes.
 //! - [`memory`]: what a bot calls per run, in order, against a store.
+//! - [`server`]: the memory Worker's HTTP wire contract over one store (`lessons serve`).
+//! - [`remote`]: the store contract over that wire ([`remote::RemoteStore`]).
 
 #![forbid(unsafe_code)]
 
@@ -68,6 +70,8 @@ pub mod plan;
 pub mod rank;
 pub mod redact;
 pub mod reflect;
+pub mod remote;
+pub mod server;
 pub mod store;
 pub mod text;
 

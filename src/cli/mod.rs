@@ -3,6 +3,7 @@
 
 mod gate;
 mod run_cmds;
+mod serve;
 mod store_cmds;
 
 use std::ffi::OsString;
@@ -30,6 +31,10 @@ pub struct Cli {
     /// Print JSON (the same JSON the matching server route answers) instead of human lines.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Talk to a running `lessons serve` (or a memory Worker) at this URL instead of opening the
+    /// store; the token comes from $MEMORY_TOKEN.
+    #[arg(long, global = true, value_name = "URL", env = "LESSONS_SERVER")]
+    pub server: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -65,6 +70,8 @@ pub enum Command {
     Prompt(run_cmds::PromptArgs),
     /// Write an extractor's reply (stdin): gate, route, write; prints the [memory] outcome line.
     Reflect(run_cmds::ReflectArgs),
+    /// Serve the memory Worker's HTTP contract over this store (token from $MEMORY_TOKEN).
+    Serve(serve::ServeArgs),
 }
 
 /// What a command that ran reports: success, or a finding that maps to exit code 1.
@@ -117,6 +124,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Context(args) => run_cmds::context(&cli, args),
         Command::Prompt(args) => run_cmds::prompt(&cli, args),
         Command::Reflect(args) => run_cmds::reflect_cmd(&cli, args),
+        Command::Serve(args) => serve::run(&cli, args),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

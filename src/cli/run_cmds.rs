@@ -11,7 +11,7 @@ use lessons::store::system_clock;
 use serde::Serialize;
 use serde_json::json;
 
-use super::store_cmds::{fail, open_store, Config};
+use super::store_cmds::{fail, open_handle, Config};
 use super::{emit, Cli, Failure, Outcome};
 
 /// The scopes of a run: ids without their prefixes.
@@ -79,9 +79,10 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure> {
         }
         return Ok(Outcome::Ok);
     }
-    let store = open_store(cli, false)?;
-    let ctx = build_context(&store, &run, &args.brief, &config, system_clock()());
-    store.close().map_err(fail)?;
+    let handle = open_handle(cli, false)?;
+    let store = handle.store();
+    let ctx = build_context(store, &run, &args.brief, &config, system_clock()());
+    handle.close()?;
     for w in &ctx.warnings {
         eprintln!("{w}");
     }
@@ -132,9 +133,10 @@ pub fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
             .map_err(|e| Failure(format!("reading {}: {e}", p.display())))?,
         None => format!("{}\n\n{}", args.request, args.answer),
     };
-    let store = open_store(cli, true)?;
-    let shown = shown_set(&store, &run, &args.request, &args.answer, &config).map_err(fail)?;
-    store.close().map_err(fail)?;
+    let handle = open_handle(cli, true)?;
+    let store = handle.store();
+    let shown = shown_set(store, &run, &args.request, &args.answer, &config).map_err(fail)?;
+    handle.close()?;
     let p = reflection_prompt(&shown, &transcript);
     let mut o = io::stdout().lock();
     if cli.json {
@@ -201,9 +203,10 @@ pub fn reflect_cmd(cli: &Cli, args: &ReflectArgs) -> Result<Outcome, Failure> {
     io::stdin()
         .read_to_string(&mut reply)
         .map_err(|e| Failure(format!("reading the reply on stdin: {e}")))?;
-    let store = open_store(cli, true)?;
+    let handle = open_handle(cli, true)?;
+    let store = handle.store();
     let outcome = reflect(
-        &store,
+        store,
         &run,
         &reply,
         &shown,
@@ -212,7 +215,7 @@ pub fn reflect_cmd(cli: &Cli, args: &ReflectArgs) -> Result<Outcome, Failure> {
         args.run_id.as_deref(),
     )
     .map_err(fail)?;
-    store.close().map_err(fail)?;
+    handle.close()?;
     let mut o = io::stdout().lock();
     if cli.json {
         let line = serde_json::to_string(&outcome).map_err(|e| Failure(e.to_string()))?;

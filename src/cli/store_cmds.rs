@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use lessons::model::parse_record_id;
+use lessons::remote::RemoteStore;
 use lessons::store::{day_of, system_clock, DayStats, EmbeddedStoreBuilder};
 use lessons::{
     Candidate, Durability, EmbeddedStore, Kind, ListQuery, MemoryStore, Record, ScopeKey,
@@ -173,6 +174,44 @@ pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
     b.open(&dir).map_err(fail)
 }
 
+/// The store a command works on: the directory, or a server (`--server URL`).
+pub enum Handle {
+    /// `--store DIR`.
+    Embedded(EmbeddedStore),
+    /// `--server URL`.
+    Remote(RemoteStore),
+}
+
+impl Handle {
+    pub fn store(&self) -> &dyn MemoryStore {
+        match self {
+            Handle::Embedded(s) => s,
+            Handle::Remote(s) => s,
+        }
+    }
+
+    /// Commits the index and persists the records of an embedded store.
+    pub fn close(self) -> Result<(), Failure> {
+        match self {
+            Handle::Embedded(s) => s.close().map_err(fail),
+            Handle::Remote(_) => Ok(()),
+        }
+    }
+}
+
+/// The server's token comes from `MEMORY_TOKEN`, the name the bot already uses.
+pub fn open_handle(cli: &Cli, create: bool) -> Result<Handle, Failure> {
+    match &cli.server {
+        Some(url) => {
+            let token = std::env::var("MEMORY_TOKEN").ok().filter(|t| !t.is_empty());
+            RemoteStore::new(url, token, std::time::Duration::from_secs(30))
+                .map(Handle::Remote)
+                .map_err(fail)
+        }
+        None => open_store(cli, create).map(Handle::Embedded),
+    }
+}
+
 fn out() -> BufWriter<io::StdoutLock<'static>> {
     BufWriter::new(io::stdout().lock())
 }
@@ -251,13 +290,14 @@ fn parse_candidates(text: &str) -> Result<Vec<Candidate>, Failure> {
 pub fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
     let candidates = parse_candidates(&read_stdin()?)?;
-    let store = open_store(cli, true)?;
+    let handle = open_handle(cli, true)?;
+    let store = handle.store();
     let options = WriteOptions {
         cap: args.cap,
         tally: None,
     };
     let c = store.write(&scope, &candidates, &options).map_err(fail)?;
-    store.close().map_err(fail)?;
+    handle.close()?;
     let mut o = out();
     if cli.json {
         let line = json!({"ok": true, "inserted": c.inserted, "deduped": c.deduped, "restated": c.restated, "superseded": c.superseded, "evicted": c.evicted});
@@ -295,7 +335,8 @@ pub struct ListArgs {
 
 pub fn list(cli: &Cli, args: &ListArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
-    let store = open_store(cli, false)?;
+    let handle = open_handle(cli, false)?;
+    let store = handle.store();
     let q = ListQuery {
         limit: args.limit,
         kind: args.kind.as_deref().and_then(Kind::parse),
@@ -321,11 +362,12 @@ pub struct RetrieveArgs {
 
 pub fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
-    let store = open_store(cli, false)?;
+    let handle = open_handle(cli, false)?;
+    let store = handle.store();
     let records = store
         .retrieve(&scope, &args.query, args.limit)
         .map_err(fail)?;
-    store.close().map_err(fail)?;
+    handle.close()?;
     print_records(cli, &records)?;
     Ok(Outcome::Ok)
 }
@@ -346,9 +388,10 @@ pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
             args.id
         )));
     };
-    let store = open_store(cli, false)?;
+    let handle = open_handle(cli, false)?;
+    let store = handle.store();
     let forgotten = store.forget(&scope, &args.id).map_err(fail)?;
-    store.close().map_err(fail)?;
+    handle.close()?;
     let mut o = out();
     if cli.json {
         emit(
@@ -379,9 +422,10 @@ pub struct SweepArgs {
 }
 
 pub fn sweep(cli: &Cli, args: &SweepArgs) -> Result<Outcome, Failure> {
-    let store = open_store(cli, false)?;
+    let handle = open_handle(cli, false)?;
+    let store = handle.store();
     let scopes = if args.scope.scope.as_deref() == Some("all") {
-        args.scope.all(&store)?
+        args.scope.all(store)?
     } else {
         vec![args.scope.one()?]
     };
@@ -390,7 +434,7 @@ pub fn sweep(cli: &Cli, args: &SweepArgs) -> Result<Outcome, Failure> {
         let r = store.sweep(&scope, args.dry_run).map_err(fail)?;
         receipts.push((scope, r));
     }
-    store.close().map_err(fail)?;
+    handle.close()?;
     let mut o = out();
     if cli.json {
         let scopes: Vec<_> = receipts
@@ -425,7 +469,8 @@ pub fn sweep(cli: &Cli, args: &SweepArgs) -> Result<Outcome, Failure> {
 // ---- export / import ----
 
 pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
-    let store = open_store(cli, false)?;
+    let handle = open_handle(cli, false)?;
+    let store = handle.store();
     let mut o = out();
     let mut failure = None;
     store
@@ -469,9 +514,10 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
             .map_err(|e| Failure(format!("line {}: {e}", n + 1)))?;
         records.push(r);
     }
-    let store = open_store(cli, true)?;
+    let handle = open_handle(cli, true)?;
+    let store = handle.store();
     let report = store.import(&records).map_err(fail)?;
-    store.close().map_err(fail)?;
+    handle.close()?;
     let mut o = out();
     if cli.json {
         emit(
@@ -503,6 +549,11 @@ pub struct DoctorArgs {
 }
 
 pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
+    if cli.server.is_some() {
+        return Err(Failure(
+            "doctor checks a store directory; run it on the server's host with --store DIR".into(),
+        ));
+    }
     let store = open_store(cli, false)?;
     let health = if args.repair {
         store.repair()
@@ -600,7 +651,8 @@ pub fn human_day(d: &DayStats) -> String {
 pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
     let today = day_of((system_clock())());
     let since = parse_since(&args.since, today)?;
-    let store = open_store(cli, false)?;
+    let handle = open_handle(cli, false)?;
+    let store = handle.store();
     let days = store.stats(since).map_err(fail)?;
     let mut o = out();
     if cli.json {

@@ -1,0 +1,226 @@
+//! `RemoteStore`: the store contract over the memory Worker's wire, for a `lessons serve` on
+//! another host or the original Worker.
+//!
+//! Reads degrade the way the bot's do: a failed `retrieve` answers no records and prints one
+//! `[memory]` warning. Writes, lists, forgets and sweeps fail with an error naming the status and
+//! the server's message. Routes an older server lacks answer 404, reported as unsupported.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::{Candidate, Record, ScopeKey, WriteCounts};
+use crate::store::{DayStats, ImportReport, ListQuery, MemoryStore, SweepReceipt, WriteOptions};
+
+/// A store behind an HTTP server that speaks the memory Worker's contract.
+pub struct RemoteStore {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl RemoteStore {
+    /// A client for the server at `base_url` (`http://host:port` or `https://…`), sending
+    /// `token` as a bearer token. Every request times out after `timeout`.
+    pub fn new(base_url: &str, token: Option<String>, timeout: Duration) -> Result<RemoteStore> {
+        let base = base_url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::invalid(format!(
+                "server URL must start with http:// or https://, not {base_url:?}"
+            )));
+        }
+        let config = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build();
+        Ok(RemoteStore {
+            base,
+            token,
+            agent: config.into(),
+        })
+    }
+
+    fn post(&self, route: &str, body: &Value) -> Result<Value> {
+        let url = format!("{}{route}", self.base);
+        let mut req = self
+            .agent
+            .post(&url)
+            .header("content-type", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req
+            .send(body.to_string().as_bytes())
+            .map_err(|e| Error::new(ErrorKind::Remote, format!("POST {route}: {e}")))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Remote,
+                    format!("POST {route}: reading the answer: {e}"),
+                )
+            })?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if status == 200 {
+            return Ok(value);
+        }
+        let message = value
+            .get("error")
+            .and_then(Value::as_str)
+            .map_or_else(|| text.chars().take(200).collect(), str::to_owned);
+        if status == 404 {
+            return Err(Error::new(
+                ErrorKind::Remote,
+                format!("POST {route} is not supported by this server (404: {message}); it may be an older memory Worker"),
+            ));
+        }
+        let kind = if status == 400 {
+            ErrorKind::Invalid
+        } else {
+            ErrorKind::Remote
+        };
+        Err(Error::new(
+            kind,
+            format!("POST {route} answered {status}: {message}"),
+        ))
+    }
+
+    fn records(value: &Value, field: &str) -> Result<Vec<Record>> {
+        serde_json::from_value(value.get(field).cloned().unwrap_or(Value::Null)).map_err(|e| {
+            Error::new(
+                ErrorKind::Remote,
+                format!("the server's {field} do not parse: {e}"),
+            )
+        })
+    }
+}
+
+fn count(v: &Value, name: &str) -> u64 {
+    v.get(name).and_then(Value::as_u64).unwrap_or(0)
+}
+
+impl MemoryStore for RemoteStore {
+    fn write(
+        &self,
+        scope: &ScopeKey,
+        candidates: &[Candidate],
+        options: &WriteOptions,
+    ) -> Result<WriteCounts> {
+        let mut body = json!({"scopeKey": scope, "records": candidates});
+        if let Some(cap) = options.cap {
+            body["cap"] = json!(cap);
+        }
+        let v = self.post("/write", &body)?;
+        Ok(WriteCounts {
+            inserted: count(&v, "inserted"),
+            deduped: count(&v, "deduped"),
+            restated: count(&v, "restated"),
+            superseded: count(&v, "superseded"),
+            evicted: count(&v, "evicted"),
+        })
+    }
+
+    fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
+        let mut body = json!({"scopeKey": scope, "limit": query.limit});
+        if let Some(kind) = query.kind {
+            body["kind"] = json!(kind.as_str());
+        }
+        if let Some(q) = &query.query {
+            body["query"] = json!(q);
+        }
+        Self::records(&self.post("/list", &body)?, "records")
+    }
+
+    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+        let body = json!({"scopeKey": scope, "query": query, "limit": limit});
+        match self
+            .post("/retrieve", &body)
+            .and_then(|v| Self::records(&v, "records"))
+        {
+            Ok(records) => Ok(records),
+            Err(e) if e.is_invalid() => Err(e),
+            Err(e) => {
+                eprintln!("[memory] retrieve failed for {scope} ({e}); continuing without memory");
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
+        let v = self.post("/forget", &json!({"scopeKey": scope, "id": id}))?;
+        Ok(v.get("forgotten").and_then(Value::as_bool).unwrap_or(false))
+    }
+
+    fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
+        let v = self.post("/sweep", &json!({"scopeKey": scope, "dryRun": dry_run}))?;
+        let ids = v
+            .get("ids")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(SweepReceipt {
+            swept: count(&v, "swept"),
+            ids,
+        })
+    }
+
+    fn get(&self, id: &str) -> Result<Option<Record>> {
+        let v = self.post("/get", &json!({ "id": id }))?;
+        match v.get("record") {
+            None | Some(Value::Null) => Ok(None),
+            Some(r) => serde_json::from_value(r.clone()).map(Some).map_err(|e| {
+                Error::new(
+                    ErrorKind::Remote,
+                    format!("the server's record does not parse: {e}"),
+                )
+            }),
+        }
+    }
+
+    fn scopes(&self) -> Result<Vec<ScopeKey>> {
+        let v = self.post("/scopes", &json!({}))?;
+        serde_json::from_value(v.get("scopes").cloned().unwrap_or(Value::Null)).map_err(|e| {
+            Error::new(
+                ErrorKind::Remote,
+                format!("the server's scopes do not parse: {e}"),
+            )
+        })
+    }
+
+    fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        for r in Self::records(&self.post("/export", &json!({}))?, "records")? {
+            sink(r)?;
+        }
+        Ok(())
+    }
+
+    fn import(&self, records: &[Record]) -> Result<ImportReport> {
+        let mut report = ImportReport::default();
+        for chunk in records.chunks(crate::server::wire::MAX_IMPORT) {
+            let v = self.post("/import", &json!({ "records": chunk }))?;
+            report.imported += count(&v, "imported");
+            report.skipped += count(&v, "skipped");
+        }
+        Ok(report)
+    }
+
+    fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
+        let v = self.post("/stats", &json!({ "since": since }))?;
+        serde_json::from_value(v.get("days").cloned().unwrap_or(Value::Null)).map_err(|e| {
+            Error::new(
+                ErrorKind::Remote,
+                format!("the server's counters do not parse: {e}"),
+            )
+        })
+    }
+}
