@@ -115,6 +115,9 @@ impl MemoryStore for RemoteStore {
         if let Some(cap) = options.cap {
             body["cap"] = json!(cap);
         }
+        if let Some(tally) = &options.tally {
+            body["tally"] = json!(tally);
+        }
         let v = self.post("/write", &body)?;
         Ok(WriteCounts {
             inserted: count(&v, "inserted"),

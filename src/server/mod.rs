@@ -322,8 +322,9 @@ fn execute(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
             scope,
             records,
             cap,
+            tally,
         } => {
-            let c = store.write(&scope, &records, &WriteOptions { cap, tally: None })?;
+            let c = store.write(&scope, &records, &WriteOptions { cap, tally })?;
             let log = format!(
                 "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
                 c.inserted, c.deduped, c.restated, c.superseded, c.evicted

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use crate::context::RunScopes;
 use crate::model::{Candidate, Kind, Record, ScopeKey};
 use crate::reflect::{Origin, Shown};
-use crate::store::{ListQuery, MAX_BATCH, MAX_LIMIT, MAX_QUERY_UNITS};
+use crate::store::{ListQuery, Tally, MAX_BATCH, MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::text::utf16_len;
 
 /// A parsed request body. Each variant's fields are its route's JSON fields (see the README's
@@ -25,6 +25,7 @@ pub enum Body {
         scope: ScopeKey,
         records: Vec<Candidate>,
         cap: Option<usize>,
+        tally: Option<Tally>,
     },
     /// `POST /list`.
     List { scope: ScopeKey, query: ListQuery },
@@ -170,10 +171,19 @@ pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
                 c.validate(&scope, i)?;
             }
             let cap = integer(o, "cap", 1, crate::plan::MAX_CAP as u64)?.map(|c| c as usize);
+            // Our extension: a reflection's offered/rejected counts, recorded with the write.
+            // The Worker ignores unknown fields, so a client may always send it.
+            let tally = match field(o, "tally") {
+                None => None,
+                Some(v) => Some(serde_json::from_value::<Tally>(v.clone()).map_err(|e| {
+                    format!("tally must be {{offered, rejected, rejectedBy}}: {e}")
+                })?),
+            };
             Body::Write {
                 scope,
                 records,
                 cap,
+                tally,
             }
         }
         "/list" => {

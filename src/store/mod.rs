@@ -48,6 +48,7 @@ pub fn system_clock() -> Clock {
 
 /// What a reflection adds to a write's day counters beyond what the store decides itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Tally {
     /// Facts the extractor offered.
     pub offered: u64,
