@@ -6,6 +6,7 @@ mod fuzz_corpus;
 mod gate;
 mod model_check;
 mod reflection;
+mod server;
 mod store;
 mod text;
 mod util;

@@ -1,0 +1,629 @@
+//! The HTTP server: every route, every error code and their order, arbitrary bodies, a real
+//! `lessons serve` process, and durability when that process is killed under load.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lessons::server::{AppState, Auth, Background};
+use lessons::{ContextConfig, InMemoryStore, MemoryStore};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "rw-secret";
+const READ: &str = "ro-secret";
+
+fn server_with(auth: Auth) -> Background {
+    let store: Arc<dyn MemoryStore> = Arc::new(InMemoryStore::new());
+    Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server starts")
+}
+
+fn server() -> Background {
+    server_with(Auth {
+        token: Some(TOKEN.into()),
+        read_token: Some(READ.into()),
+        open: false,
+    })
+}
+
+/// A raw HTTP/1.1 exchange, so tests control every header (or its absence).
+fn raw(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(request.as_bytes()).expect("send");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+fn call(url: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let full = format!("{url}{path}");
+    let mut resp = match method {
+        "GET" => {
+            let mut r = agent.get(&full);
+            if let Some(t) = token {
+                r = r.header("authorization", &format!("Bearer {t}"));
+            }
+            r.call()
+        }
+        _ => {
+            let mut r = agent.post(&full).header("content-type", "application/json");
+            if let Some(t) = token {
+                r = r.header("authorization", &format!("Bearer {t}"));
+            }
+            r.send(body.as_bytes())
+        }
+    }
+    .expect("the server answers");
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().expect("a body"))
+}
+
+fn post(url: &str, path: &str, body: Value) -> Value {
+    let (status, text) = call(url, "POST", path, Some(TOKEN), &body.to_string());
+    assert_eq!(status, 200, "{path}: {text}");
+    assert!(
+        !text.contains("null"),
+        "{path}: optional fields are omitted, never null: {text}"
+    );
+    serde_json::from_str(&text).expect("JSON")
+}
+
+#[test]
+fn errors_come_in_the_contracts_order() {
+    let s = server();
+    let url = s.url();
+    // 404 before auth.
+    assert_eq!(
+        call(&url, "POST", "/nope", None, "{}"),
+        (404, r#"{"error":"not found"}"#.into())
+    );
+    assert_eq!(call(&url, "GET", "/nope", None, "").0, 404);
+    // 405 before auth.
+    assert_eq!(call(&url, "GET", "/write", None, "").0, 405);
+    assert_eq!(call(&url, "POST", "/healthz", None, "{}").0, 405);
+    // 401: none, wrong, wrong scheme.
+    assert_eq!(
+        call(&url, "POST", "/list", None, "{}"),
+        (401, r#"{"error":"unauthorized"}"#.into())
+    );
+    assert_eq!(call(&url, "POST", "/list", Some("rw-secreX"), "{}").0, 401);
+    let (status, _) = raw(s.addr, &format!("POST /list HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {TOKEN}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"));
+    assert_eq!(status, 401);
+    // 403: a read-only token on a mutating route, before the body is looked at.
+    for route in ["/write", "/forget", "/sweep", "/reflect", "/import"] {
+        assert_eq!(
+            call(&url, "POST", route, Some(READ), "not json"),
+            (403, r#"{"error":"forbidden"}"#.into()),
+            "{route}"
+        );
+    }
+    assert_eq!(
+        call(
+            &url,
+            "POST",
+            "/list",
+            Some(READ),
+            r#"{"scopeKey":"org:a","limit":5}"#
+        )
+        .0,
+        200
+    );
+    // 411 and 413 before parsing.
+    let (status, body) = raw(s.addr, &format!("POST /write HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n"));
+    assert_eq!((status, body.contains("Content-Length")), (411, true));
+    let (status, _) = raw(s.addr, &format!("POST /write HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 600000\r\nConnection: close\r\n\r\n{{}}"));
+    assert_eq!(status, 413);
+    // 400: bad JSON, then a reason naming the field.
+    assert_eq!(
+        call(&url, "POST", "/write", Some(TOKEN), "{nope"),
+        (400, r#"{"error":"body must be valid JSON"}"#.into())
+    );
+    assert_eq!(
+        call(
+            &url,
+            "POST",
+            "/retrieve",
+            Some(TOKEN),
+            r#"{"scopeKey":"org:a","query":"x","limit":51}"#
+        ),
+        (
+            400,
+            r#"{"error":"limit must be an integer between 1 and 50"}"#.into()
+        )
+    );
+    assert_eq!(
+        call(
+            &url,
+            "POST",
+            "/write",
+            Some(TOKEN),
+            r#"{"scopeKey":"org:a","records":[{"kind":"fact","text":"","sourceThreadKey":"t"}]}"#
+        )
+        .1,
+        r#"{"error":"records[0]: text must not be empty"}"#
+    );
+    // /healthz needs no token.
+    let (status, body) = call(&url, "GET", "/healthz", None, "");
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["features"], json!(["memory"]));
+    assert!(v["build"]["commit"].is_string());
+}
+
+#[test]
+fn no_token_configured_refuses_everything() {
+    let s = server_with(Auth {
+        token: None,
+        read_token: None,
+        open: false,
+    });
+    assert_eq!(
+        call(
+            &s.url(),
+            "POST",
+            "/list",
+            None,
+            r#"{"scopeKey":"org:a","limit":5}"#
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        call(
+            &s.url(),
+            "POST",
+            "/list",
+            Some(""),
+            r#"{"scopeKey":"org:a","limit":5}"#
+        )
+        .0,
+        401
+    );
+    assert_eq!(call(&s.url(), "GET", "/healthz", None, "").0, 200);
+}
+
+#[test]
+fn every_route_answers_the_workers_json() {
+    let s = server();
+    let url = s.url();
+    let w = post(
+        &url,
+        "/write",
+        json!({"scopeKey": "repo:acme/app", "records": [
+        {"kind": "fact", "text": "run npm ci before the license check", "sourceThreadKey": "slack:C1:1"},
+        {"kind": "fact", "text": "PR 12 was merged", "sourceThreadKey": "slack:C1:1"},
+        {"kind": "summary", "text": "a run fixed the license check", "sourceThreadKey": "slack:C1:1"}
+    ], "cap": 500}),
+    );
+    assert_eq!(
+        w,
+        json!({"ok": true, "inserted": 3, "deduped": 0, "restated": 0, "superseded": 0, "evicted": 0})
+    );
+    let keys: Vec<&String> = w.as_object().expect("object").keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "ok",
+            "inserted",
+            "deduped",
+            "restated",
+            "superseded",
+            "evicted"
+        ],
+        "the Worker's field order"
+    );
+    let l = post(
+        &url,
+        "/list",
+        json!({"scopeKey": "repo:acme/app", "limit": 10, "kind": "fact"}),
+    );
+    assert_eq!(l["records"].as_array().map(Vec::len), Some(2));
+    assert_eq!(l["records"][0]["id"], "mem:repo:acme/app:1");
+    let q = post(
+        &url,
+        "/list",
+        json!({"scopeKey": "repo:acme/app", "limit": 10, "query": "LICENSE"}),
+    );
+    assert_eq!(q["records"].as_array().map(Vec::len), Some(2));
+    let r = post(
+        &url,
+        "/retrieve",
+        json!({"scopeKey": "repo:acme/app", "query": "license npm", "limit": 8}),
+    );
+    assert_eq!(r["records"][0]["useCount"], 1);
+    let dry = post(
+        &url,
+        "/sweep",
+        json!({"scopeKey": "repo:acme/app", "dryRun": true}),
+    );
+    assert_eq!(
+        dry,
+        json!({"ok": true, "swept": 1, "ids": ["mem:repo:acme/app:1"]})
+    );
+    let real = post(&url, "/sweep", json!({"scopeKey": "repo:acme/app"}));
+    assert_eq!(real, json!({"ok": true, "swept": 1}));
+    assert_eq!(
+        post(
+            &url,
+            "/forget",
+            json!({"scopeKey": "repo:acme/app", "id": "mem:repo:acme/app:0"})
+        ),
+        json!({"ok": true, "forgotten": true})
+    );
+    assert_eq!(
+        post(
+            &url,
+            "/forget",
+            json!({"scopeKey": "repo:acme/app", "id": "mem:repo:acme/app:0"})
+        ),
+        json!({"ok": true, "forgotten": false})
+    );
+    let g = post(&url, "/get", json!({"id": "mem:repo:acme/app:0"}));
+    assert_eq!(g["record"]["status"], "forgotten");
+    assert_eq!(
+        post(&url, "/scopes", json!({})),
+        json!({"scopes": ["repo:acme/app"]})
+    );
+    let e = post(&url, "/export", json!({}));
+    assert_eq!(e["records"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        post(&url, "/import", json!({"records": e["records"]})),
+        json!({"ok": true, "imported": 0, "skipped": 3})
+    );
+    let st = post(&url, "/stats", json!({}));
+    assert_eq!(st["days"][0]["counters"]["swept"], 1);
+    let c = post(
+        &url,
+        "/context",
+        json!({"org": "acme", "repo": "acme/app", "brief": "add a drift check"}),
+    );
+    assert_eq!(c["kept"], 0, "everything in the window was retired");
+    assert!(c.get("block").is_none());
+    post(
+        &url,
+        "/write",
+        json!({"scopeKey": "repo:acme/app", "records": [{"kind": "fact", "text": "the drift check reads the lockfile", "sourceThreadKey": "t"}]}),
+    );
+    let c = post(
+        &url,
+        "/context",
+        json!({"org": "acme", "repo": "acme/app", "brief": "anything"}),
+    );
+    assert!(c["block"]
+        .as_str()
+        .is_some_and(|b| b.contains("- the drift check reads the lockfile (source: t)")));
+    let p = post(
+        &url,
+        "/prompt",
+        json!({"org": "acme", "repo": "acme/app", "request": "drift", "answer": "done"}),
+    );
+    assert_eq!(
+        p["shown"],
+        json!([{"handle": "1", "id": "mem:repo:acme/app:3"}])
+    );
+    let reply = r#"{"facts":[{"text":"sha 3f9a2c1 is live"},{"text":"the lockfile must be committed","restates":"[1]"}]}"#;
+    let o = post(
+        &url,
+        "/reflect",
+        json!({"org": "acme", "repo": "acme/app", "reply": reply, "shown": p["shown"], "thread": "slack:C1:2"}),
+    );
+    assert_eq!(
+        o,
+        json!({"offered": 2, "rejected": 1, "rejectedBy": {"sha": 1}, "restated": 1, "inserted": 0, "deduped": 0, "summary": 0})
+    );
+    let (status, metrics) = call(&url, "GET", "/metrics", Some(READ), "");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("lessons_requests_total{route=\"/write\",status=\"200\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("lessons_request_seconds_count{route=\"/list\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("lessons_memory_total{scope=\"repo:acme/app\",event=\"restated\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("lessons_memory_rejected_total{scope=\"repo:acme/app\",marker=\"sha\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(call(&url, "GET", "/metrics", None, "").0, 401);
+}
+
+#[test]
+fn the_rollup_line_has_counts_only() {
+    let store = InMemoryStore::new();
+    let scope = lessons::ScopeKey::parse("repo:acme/app").expect("valid");
+    store
+        .write(
+            &scope,
+            &[lessons::Candidate::fact("secret lesson text", "t")],
+            &lessons::WriteOptions::default(),
+        )
+        .expect("write");
+    let today = lessons::store::day_of(lessons::store::system_clock()());
+    let lines = lessons::server::rollup_lines(&store, today).expect("rollup");
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].starts_with("[memory] day "));
+    assert!(
+        lines[0].contains(" repo:acme/app: offered 0, rejected 0, restated 0, inserted 1,"),
+        "{}",
+        lines[0]
+    );
+    assert!(!lines[0].contains("secret"));
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        (-2.0e3..2.0e3f64).prop_map(|f| json!(f)),
+        "[a-z:/ ]{0,12}".prop_map(Value::String),
+        prop_oneof![
+            Just("org:acme"),
+            Just("repo:acme/app"),
+            Just("fact"),
+            Just("summary"),
+            Just("[1]"),
+            Just("")
+        ]
+        .prop_map(|s| Value::String(s.to_owned())),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("scopeKey"),
+                    Just("query"),
+                    Just("limit"),
+                    Just("records"),
+                    Just("kind"),
+                    Just("text"),
+                    Just("sourceThreadKey"),
+                    Just("id"),
+                    Just("dryRun"),
+                    Just("cap"),
+                    Just("org"),
+                    Just("repo"),
+                    Just("brief"),
+                    Just("reply"),
+                    Just("shown"),
+                    Just("since"),
+                    Just("restates"),
+                    Just("keywords"),
+                    Just("tally"),
+                    Just("x")
+                ]
+                .prop_map(str::to_owned),
+                inner,
+                0..6,
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bodies_never_cause_a_500(body in json_value(), route in 0..13usize) {
+        // One server for the whole property: started lazily, shared across cases.
+        static SERVER: std::sync::OnceLock<Background> = std::sync::OnceLock::new();
+        let s = SERVER.get_or_init(server);
+        let path = lessons::server::wire::POST_ROUTES[route].0;
+        let (status, text) = call(&s.url(), "POST", path, Some(TOKEN), &body.to_string());
+        prop_assert!(status == 200 || status == 400, "{} {}: {} {}", path, body, status, text);
+        let v: Value = serde_json::from_str(&text).expect("every answer is JSON");
+        if status == 400 {
+            prop_assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()));
+        }
+    }
+}
+
+/// A `lessons serve` child process on a free loopback port.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn spawn_serve(dir: &std::path::Path, port: u16) -> Served {
+    let child = Command::new(env!("CARGO_BIN_EXE_lessons"))
+        .args([
+            "--store",
+            dir.to_str().expect("utf-8"),
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("MEMORY_TOKEN", TOKEN)
+        .env_remove("LESSONS_STORE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lessons serve starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && call(&url, "GET", "/healthz", None, "").0 == 200
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "lessons serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Served { child, url }
+}
+
+#[test]
+fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut s = spawn_serve(dir.path(), free_port());
+    let w = post(
+        &s.url,
+        "/write",
+        json!({"scopeKey": "org:acme", "records": [
+            {"kind": "fact", "text": "pin the registry mirror", "sourceThreadKey": "t"},
+            {"kind": "fact", "text": "LGTM from the owner", "sourceThreadKey": "t"}
+        ]}),
+    );
+    assert_eq!(w["inserted"], 2);
+    assert_eq!(
+        post(&s.url, "/list", json!({"scopeKey": "org:acme", "limit": 5}))["records"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        post(
+            &s.url,
+            "/retrieve",
+            json!({"scopeKey": "org:acme", "query": "registry mirror", "limit": 3})
+        )["records"][0]["text"],
+        "pin the registry mirror"
+    );
+    assert_eq!(
+        post(
+            &s.url,
+            "/forget",
+            json!({"scopeKey": "org:acme", "id": "mem:org:acme:0"})
+        )["forgotten"],
+        true
+    );
+    assert_eq!(
+        post(&s.url, "/sweep", json!({"scopeKey": "org:acme"}))["swept"],
+        1
+    );
+    // SIGTERM: the process finishes and flushes.
+    let pid = s.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = s.child.wait().expect("exits");
+    assert_eq!(status.code(), Some(0), "a clean shutdown exits 0");
+    let store = lessons::EmbeddedStore::open(dir.path()).expect("the store reopens");
+    assert_eq!(
+        store
+            .get("mem:org:acme:1")
+            .expect("get")
+            .expect("kept")
+            .status,
+        lessons::Status::Swept
+    );
+    assert!(store.check().expect("check").is_ok());
+}
+
+#[test]
+fn every_acknowledged_write_survives_sigkill_under_load() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = free_port();
+    let mut s = spawn_serve(dir.path(), port);
+    let acked = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..8)
+        .map(|t| {
+            let (url, acked, stop) = (s.url.clone(), Arc::clone(&acked), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(5)))
+                    .build()
+                    .into();
+                for i in 0..10_000 {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    let text = format!("writer {t} lesson {i} uniq{t}x{i}");
+                    let body = json!({"scopeKey": format!("repo:acme/w{t}"), "records": [{"kind": "fact", "text": text, "sourceThreadKey": "load"}], "cap": 10000});
+                    let ok = agent
+                        .post(&format!("{url}/write"))
+                        .header("authorization", &format!("Bearer {TOKEN}"))
+                        .send(body.to_string().as_bytes())
+                        .is_ok_and(|r| r.status().as_u16() == 200);
+                    if ok {
+                        acked.lock().push(text);
+                    } else {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    s.child.kill().expect("SIGKILL");
+    let _ = s.child.wait();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let acked = acked.lock().clone();
+    assert!(
+        acked.len() > 50,
+        "the load ran: {} writes acknowledged",
+        acked.len()
+    );
+    let s2 = spawn_serve(dir.path(), free_port());
+    let client =
+        lessons::remote::RemoteStore::new(&s2.url, Some(TOKEN.into()), Duration::from_secs(10))
+            .expect("client");
+    let mut present = std::collections::HashSet::new();
+    client
+        .export(&mut |r| {
+            present.insert(r.text);
+            Ok(())
+        })
+        .expect("export");
+    let lost: Vec<&String> = acked.iter().filter(|t| !present.contains(*t)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        acked.len(),
+        lost.first()
+    );
+    for text in acked.iter().step_by(acked.len() / 20 + 1) {
+        let uniq = text.split(' ').next_back().expect("a token");
+        let t: usize = uniq
+            .trim_start_matches("uniq")
+            .split('x')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("writer");
+        let scope = lessons::ScopeKey::parse(&format!("repo:acme/w{t}")).expect("valid");
+        let hits = client.retrieve(&scope, uniq, 1).expect("retrieve");
+        assert_eq!(hits.len(), 1, "the index lost {text}");
+    }
+    let mut s2 = s2;
+    let _ = s2.child.kill();
+    let _ = s2.child.wait();
+}
