@@ -57,3 +57,42 @@ pub fn reflection(data: &[u8]) {
         assert!(r.facts.is_empty() && r.summary.is_none());
     }
 }
+
+/// The server's request parsing on arbitrary bytes: the first byte picks the route, the rest is
+/// the body. Never panics; a body it accepts obeys the wire limits.
+pub fn wire(data: &[u8]) {
+    use crate::server::wire::{parse, Body, POST_ROUTES};
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
+    let route = POST_ROUTES[usize::from(pick) % POST_ROUTES.len()].0;
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return;
+    };
+    match parse(route, &value) {
+        Ok(Body::Write {
+            scope,
+            records,
+            cap,
+            ..
+        }) => {
+            assert!(records.len() <= crate::store::MAX_BATCH);
+            assert!(cap.is_none_or(|c| (1..=crate::plan::MAX_CAP).contains(&c)));
+            for (i, c) in records.iter().enumerate() {
+                assert!(
+                    c.validate(&scope, i).is_ok(),
+                    "an accepted candidate fails validation"
+                );
+            }
+        }
+        Ok(Body::Retrieve { query, limit, .. }) => {
+            assert!((1..=crate::store::MAX_LIMIT).contains(&limit));
+            assert!(crate::text::utf16_len(&query) <= crate::store::MAX_QUERY_UNITS);
+        }
+        Ok(Body::List { query, .. }) => {
+            assert!((1..=crate::store::MAX_LIMIT).contains(&query.limit))
+        }
+        Ok(_) => {}
+        Err(reason) => assert!(!reason.is_empty()),
+    }
+}

@@ -45,3 +45,16 @@ fn reflection_corpus_replays() {
         lessons::fuzzing::reflection(&data);
     }
 }
+
+#[test]
+fn wire_corpus_replays() {
+    let files = corpus("wire");
+    assert!(
+        files.len() >= 10,
+        "the wire corpus is too small: {}",
+        files.len()
+    );
+    for (_, data) in files {
+        lessons::fuzzing::wire(&data);
+    }
+}

@@ -627,3 +627,92 @@ fn every_acknowledged_write_survives_sigkill_under_load() {
     let _ = s2.child.kill();
     let _ = s2.child.wait();
 }
+
+#[test]
+fn the_cli_talks_to_a_server_with_dash_dash_server() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut s = spawn_serve(dir.path(), free_port());
+    let cli = |args: &[&str], stdin: &str| {
+        use std::io::Write as _;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lessons"))
+            .args(["--server", &s.url])
+            .args(args)
+            .env("MEMORY_TOKEN", TOKEN)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("lessons runs");
+        let mut input = child.stdin.take().expect("piped");
+        let _ = input.write_all(stdin.as_bytes());
+        drop(input);
+        child.wait_with_output().expect("exits")
+    };
+    let w = cli(
+        &["write", "--scope", "repo", "--repo", "acme/app", "--json"],
+        r#"[{"kind":"fact","text":"npm ci before vitest","sourceThreadKey":"t"}]"#,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&w.stdout).trim(),
+        r#"{"ok":true,"inserted":1,"deduped":0,"restated":0,"superseded":0,"evicted":0}"#,
+        "{}",
+        String::from_utf8_lossy(&w.stderr)
+    );
+    let l = cli(&["list", "--scope", "repo:acme/app"], "");
+    assert!(String::from_utf8_lossy(&l.stdout).starts_with("mem:repo:acme/app:0  fact  "));
+    let c = cli(
+        &[
+            "context", "--org", "acme", "--repo", "acme/app", "--brief", "x",
+        ],
+        "",
+    );
+    assert!(String::from_utf8_lossy(&c.stdout).contains("- npm ci before vitest (source: t)"));
+    let bad = cli(&["list", "--scope", "repo:acme/app", "--limit", "99"], "");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("answered 400: limit must be an integer between 1 and 50"));
+    let doc = cli(&["doctor"], "");
+    assert_eq!(doc.status.code(), Some(2));
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+}
+
+#[test]
+fn a_remote_read_failure_degrades_and_an_older_server_is_reported_as_unsupported() {
+    use lessons::remote::RemoteStore;
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let r = RemoteStore::new(&dead, Some(TOKEN.into()), Duration::from_secs(2)).expect("client");
+    let scope = lessons::ScopeKey::parse("org:acme").expect("valid");
+    assert!(r
+        .retrieve(&scope, "anything", 8)
+        .expect("a read degrades")
+        .is_empty());
+    let e = r
+        .list(&scope, &lessons::ListQuery::newest(5))
+        .expect_err("list is an error");
+    assert!(e.to_string().contains("POST /list"), "{e}");
+    // An older Worker: every route it lacks answers 404.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten().take(1) {
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body = r#"{"error":"not found"}"#;
+            let _ = write!(stream, "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    let old = RemoteStore::new(
+        &format!("http://{addr}"),
+        Some(TOKEN.into()),
+        Duration::from_secs(5),
+    )
+    .expect("client");
+    let e = old.sweep(&scope, true).expect_err("no /sweep");
+    assert!(
+        e.to_string().contains("not supported by this server"),
+        "{e}"
+    );
+    assert!(RemoteStore::new("ftp://x", None, Duration::from_secs(1)).is_err());
+}

@@ -1,0 +1,201 @@
+//! Load on `lessons serve` over loopback: 32 concurrent clients, requests/s and p50/p99 for
+//! `/list` (the window read), `/retrieve` and `/write`.
+//!
+//! The server runs in this process on 127.0.0.1 over an embedded store (fsync per write) holding
+//! 5 scopes × 500 active records; the clients are threads with keep-alive connections, so they
+//! share the machine's two cores with the server. Each phase is bounded: 5 seconds or 200,000
+//! requests, whichever comes first.
+//!
+//! `cargo bench --bench server_load`
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lessons::server::{AppState, Auth, Background};
+use lessons::{ContextConfig, EmbeddedStore, MemoryStore, ScopeKey};
+use serde_json::json;
+use support::{brief, records, text, vocabulary, Rng};
+
+const CLIENTS: usize = 32;
+const PHASE: Duration = Duration::from_secs(5);
+const MAX_REQUESTS: u64 = 200_000;
+const TOKEN: &str = "load-test-token";
+
+fn scope(i: usize) -> String {
+    format!("repo:acme/app{}", i % 5)
+}
+
+struct Phase {
+    name: &'static str,
+    body: fn(&mut Rng, usize, &[String]) -> (String, String),
+}
+
+fn list_body(_: &mut Rng, i: usize, _: &[String]) -> (String, String) {
+    (
+        "/list".into(),
+        json!({"scopeKey": scope(i), "limit": 24, "kind": "fact"}).to_string(),
+    )
+}
+
+fn retrieve_body(rng: &mut Rng, i: usize, briefs: &[String]) -> (String, String) {
+    let b = &briefs[rng.below(briefs.len())];
+    (
+        "/retrieve".into(),
+        json!({"scopeKey": scope(i), "query": b, "limit": 8}).to_string(),
+    )
+}
+
+fn write_body(rng: &mut Rng, i: usize, _: &[String]) -> (String, String) {
+    let words = vocabulary();
+    let records: Vec<serde_json::Value> = (0..4)
+        .map(|_| json!({"kind": "fact", "text": text(rng, &words, 320), "sourceThreadKey": "load"}))
+        .collect();
+    (
+        "/write".into(),
+        json!({"scopeKey": scope(i), "records": records}).to_string(),
+    )
+}
+
+fn run_phase(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let total = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (url, stop, total, errors, briefs) = (
+                url.to_owned(),
+                Arc::clone(&stop),
+                Arc::clone(&total),
+                Arc::clone(&errors),
+                Arc::clone(briefs),
+            );
+            let body = phase.body;
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(10)))
+                    .build()
+                    .into();
+                let mut rng = Rng(0x10ad + c as u64);
+                let mut samples = Vec::new();
+                let mut i = c;
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < PHASE {
+                    if total.fetch_add(1, Ordering::Relaxed) >= MAX_REQUESTS {
+                        break;
+                    }
+                    let (path, payload) = body(&mut rng, i, &briefs);
+                    i += CLIENTS;
+                    let t = Instant::now();
+                    let ok = agent
+                        .post(&format!("{url}{path}"))
+                        .header("authorization", &format!("Bearer {TOKEN}"))
+                        .send(payload.as_bytes())
+                        .map(|mut r| {
+                            let status = r.status().as_u16();
+                            let _ = r.body_mut().read_to_vec();
+                            status == 200
+                        })
+                        .unwrap_or(false);
+                    samples.push(t.elapsed());
+                    if !ok {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                samples
+            })
+        })
+        .collect();
+    let mut all: Vec<Duration> = Vec::new();
+    for t in threads {
+        all.extend(t.join().unwrap_or_default());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort();
+    let pick = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    println!(
+        "| {} | {:.0}/s | {:.2} ms | {:.2} ms | {} requests, {} errors |",
+        phase.name,
+        all.len() as f64 / elapsed,
+        pick(0.50).as_secs_f64() * 1e3,
+        pick(0.99).as_secs_f64() * 1e3,
+        all.len(),
+        errors.load(Ordering::Relaxed)
+    );
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = EmbeddedStore::open(dir.path()).expect("open");
+    let mut rng = Rng(0x5eed);
+    for i in 0..5 {
+        let s = ScopeKey::parse(&scope(i)).expect("valid");
+        store
+            .import(&records(&mut rng, &s, 500, 400))
+            .expect("import");
+    }
+    store.flush().expect("flush");
+    let words = vocabulary();
+    let briefs = Arc::new(
+        (0..64)
+            .map(|_| brief(&mut rng, &words, 400))
+            .collect::<Vec<_>>(),
+    );
+    let short = Arc::new(
+        (0..64)
+            .map(|_| brief(&mut rng, &words, 40))
+            .collect::<Vec<_>>(),
+    );
+    let store: Arc<dyn MemoryStore> = Arc::new(store);
+    let auth = Auth {
+        token: Some(TOKEN.into()),
+        read_token: None,
+        open: false,
+    };
+    let server =
+        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server");
+    let url = server.url();
+    println!("\n{CLIENTS} concurrent clients over loopback, {}-second phases (server and clients share 2 cores)\n", PHASE.as_secs());
+    println!("| route | requests/s | p50 | p99 | |");
+    println!("|---|---|---|---|---|");
+    run_phase(
+        &url,
+        &Phase {
+            name: "/list (window read, 24 facts)",
+            body: list_body,
+        },
+        &briefs,
+    );
+    run_phase(
+        &url,
+        &Phase {
+            name: "/retrieve (400-token brief, limit 8)",
+            body: retrieve_body,
+        },
+        &briefs,
+    );
+    run_phase(
+        &url,
+        &Phase {
+            name: "/retrieve (40-token brief, limit 8)",
+            body: retrieve_body,
+        },
+        &short,
+    );
+    run_phase(
+        &url,
+        &Phase {
+            name: "/write (4 candidates, fsync)",
+            body: write_body,
+        },
+        &briefs,
+    );
+}
