@@ -6,16 +6,16 @@
 //! what the ranker sees). It never holds content the store has to trust: a hit is only an id,
 //! and the store drops any id that is not active in fjall.
 //!
-//! Writes are staged into the one `IndexWriter` as they happen and committed in groups by the
-//! store's indexer thread ([`KeywordIndex::commit`]), because a tantivy commit costs ~8 ms. Each
-//! commit carries a payload: the highest outbox operation it covers (the watermark).
+//! The store's indexer thread stages changes into the one `IndexWriter` and commits them in
+//! groups ([`KeywordIndex::commit`]), because a tantivy commit costs ~8 ms. Each commit carries a
+//! payload: the highest outbox operation it covers (the watermark).
 //!
 //! **Invariant:** only this module knows tantivy.
 //! **Invariant:** the index can always be rebuilt from the records ([`KeywordIndex::rebuild`]).
 
 use std::path::Path;
 
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
@@ -58,7 +58,7 @@ pub enum IndexOp {
 pub struct KeywordIndex {
     index: Index,
     reader: IndexReader,
-    writer: RwLock<IndexWriter>,
+    writer: Mutex<IndexWriter>,
     f_id: Field,
     f_scope: Field,
     f_body: Field,
@@ -138,7 +138,7 @@ impl KeywordIndex {
             index: KeywordIndex {
                 index,
                 reader,
-                writer: RwLock::new(writer),
+                writer: Mutex::new(writer),
                 f_id,
                 f_scope,
                 f_body,
@@ -149,7 +149,7 @@ impl KeywordIndex {
 
     /// Stages `ops` in the writer; they become searchable at the next [`commit`](Self::commit).
     pub fn stage(&self, ops: &[IndexOp]) -> Result<()> {
-        let writer = self.writer.read();
+        let writer = self.writer.lock();
         for op in ops {
             match op {
                 IndexOp::Upsert {
@@ -177,7 +177,7 @@ impl KeywordIndex {
 
     /// Commits everything staged with `watermark` as the payload, and makes it searchable.
     pub fn commit(&self, watermark: u64) -> Result<()> {
-        let mut writer = self.writer.write();
+        let mut writer = self.writer.lock();
         let mut prepared = writer
             .prepare_commit()
             .map_err(|e| index_err("preparing an index commit", e))?;
@@ -198,7 +198,7 @@ impl KeywordIndex {
         watermark: u64,
     ) -> Result<()> {
         {
-            let writer = self.writer.read();
+            let writer = self.writer.lock();
             writer
                 .delete_all_documents()
                 .map_err(|e| index_err("clearing the index", e))?;

@@ -54,10 +54,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     let context = context_config(cli)?;
     let store = Arc::new(open_store(cli, true)?);
     let state = AppState::new(store.clone(), auth, context);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure(format!("starting the runtime: {e}")))?;
+    let runtime =
+        lessons::server::runtime().map_err(|e| Failure(format!("starting the runtime: {e}")))?;
     let dir = store_dir(cli);
     let served = runtime.block_on(serve(state, args.addr, |addr| {
         eprintln!(

@@ -602,6 +602,18 @@ async fn shutdown_signal() {
     eprintln!("[http] shutting down: finishing in-flight requests");
 }
 
+/// Store calls at once: a few per core. More blocking threads only oversubscribe the cores (the
+/// store's work is CPU and fsync, not waiting), which measured as a longer latency tail.
+pub const STORE_THREADS: usize = 3;
+
+/// The server's runtime: async workers per core, and a small pool for store calls.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(STORE_THREADS)
+        .build()
+}
+
 /// A server on a background thread, for tests and embedding: the address it listens on, and a
 /// handle that stops it when dropped.
 pub struct Background {
@@ -614,10 +626,7 @@ pub struct Background {
 impl Background {
     /// Starts serving `state` on 127.0.0.1 at a free port.
     pub fn start(state: Arc<AppState>) -> std::io::Result<Background> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
+        let runtime = runtime()?;
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;

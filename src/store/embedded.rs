@@ -7,12 +7,13 @@
 //! index changes staged in tantivy's writer and the write acknowledged.
 //!
 //! Index consistency: the outbox entry names every record whose index document the write
-//! changes. An indexer thread commits tantivy in groups (every 32 operations or 200 ms) with the
-//! highest fully-applied operation as the commit's payload (the watermark), then trims the
-//! outbox up to it. On open, outbox entries above the watermark are replayed; a missing
+//! changes. Writers only queue the index changes in memory; the indexer thread stages them into
+//! tantivy and commits in groups (every 1,024 operations or 1 s) with the highest operation it
+//! covers as the commit's payload (the watermark), then trims the outbox up to it. A write never
+//! waits behind an index commit. On open, outbox entries above the watermark are replayed; a missing
 //! watermark or a document count that disagrees with the records triggers a rebuild.
 //!
-//! Read-your-writes: operations staged but not yet committed are kept in memory by scope;
+//! Read-your-writes: operations not yet in a committed index are kept in memory by scope;
 //! `retrieve` adds their records to the BM25 candidates, so a write is visible to `retrieve` as
 //! soon as `write` returns. Stale index entries are harmless: every hit is hydrated from fjall
 //! and dropped unless active.
@@ -136,9 +137,11 @@ struct Ops {
     next: u64,
     /// Allocated but not yet staged: the watermark must stay below the smallest.
     in_flight: BTreeSet<u64>,
-    /// Staged, not yet committed: operation → the records it made active, with their tokens,
-    /// so `retrieve` can match them without reading them.
+    /// Durable, not yet in a committed index: operation → the records it made active, with
+    /// their tokens, so `retrieve` can match them without reading them.
     pending: BTreeMap<u64, Vec<PendingDoc>>,
+    /// Index changes of pending operations not yet handed to the index writer.
+    queue: Vec<IndexOp>,
 }
 
 /// A record whose index document is staged but not committed.
@@ -202,6 +205,8 @@ struct Shared {
     /// Per-scope eviction order, loaded on first need (see `eviction_head`).
     lru: Mutex<HashMap<ScopeKey, BTreeSet<LruKey>>>,
     ops: Mutex<Ops>,
+    /// Held while the index is staged and committed.
+    committing: Mutex<()>,
     wake: Condvar,
     stop: AtomicBool,
     /// Set when staging or committing the index failed; the outbox keeps the gap for the next
@@ -333,6 +338,7 @@ impl EmbeddedStore {
             scope_locks: Mutex::new(HashMap::new()),
             lru: Mutex::new(HashMap::new()),
             ops: Mutex::new(Ops::default()),
+            committing: Mutex::new(()),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             index_degraded: AtomicBool::new(false),
@@ -631,22 +637,17 @@ impl Shared {
             return Err(e);
         }
         self.apply_lru(scope, lru);
-        if self.index.stage(&ops_for_index).is_err() {
-            // The write is durable and its outbox entry stays (the op never leaves in_flight,
-            // so the watermark cannot pass it); the next open replays it.
-            self.index_degraded.store(true, Ordering::SeqCst);
-            return Ok(());
-        }
+        // The writer never touches tantivy: the indexer thread stages and commits, so a write
+        // never waits behind an index commit. Until then `pending` answers for it.
+        let docs: Vec<PendingDoc> = ops_for_index
+            .iter()
+            .filter_map(PendingDoc::from_op)
+            .collect();
         let wake = {
             let mut ops = self.ops.lock();
             ops.in_flight.remove(&op);
-            ops.pending.insert(
-                op,
-                ops_for_index
-                    .iter()
-                    .filter_map(PendingDoc::from_op)
-                    .collect(),
-            );
+            ops.queue.extend(ops_for_index);
+            ops.pending.insert(op, docs);
             ops.pending.len() >= self.commit_every
         };
         if wake {
@@ -705,20 +706,28 @@ impl Shared {
 
     /// Commits everything staged, then trims the outbox up to the watermark.
     fn commit_index(&self) -> Result<()> {
-        let (watermark, covered) = {
-            let ops = self.ops.lock();
+        // One committer at a time (the indexer thread, or a flush).
+        let _committing = self.committing.lock();
+        let (watermark, covered, queue) = {
+            let mut ops = self.ops.lock();
             if ops.pending.is_empty() {
                 return Ok(());
             }
+            // Everything at or below the watermark has left `in_flight`, so its changes are in
+            // this queue or were staged by an earlier round.
             let w = Self::watermark(&ops);
-            (
-                w,
-                ops.pending
-                    .range(..=w)
-                    .map(|(op, _)| *op)
-                    .collect::<Vec<_>>(),
-            )
+            let covered = ops
+                .pending
+                .range(..=w)
+                .map(|(op, _)| *op)
+                .collect::<Vec<_>>();
+            (w, covered, std::mem::take(&mut ops.queue))
         };
+        if let Err(e) = self.index.stage(&queue) {
+            // Nothing is lost: the outbox keeps these operations for the next open.
+            self.index_degraded.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
         self.index.commit(watermark)?;
         let mut batch = self.db.batch();
         for op in &covered {
