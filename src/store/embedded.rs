@@ -184,6 +184,10 @@ struct Tx {
     lru: Vec<(Option<LruKey>, Option<LruKey>)>,
 }
 
+/// A journal position to wait on for durability (`None`: the store does not fsync writes).
+#[must_use]
+struct Ticket(Option<u64>);
+
 /// Group commit: writers append their batch to the journal, then one fsync covers every batch
 /// appended before it started.
 #[derive(Default)]
@@ -427,17 +431,27 @@ impl Shared {
         }
     }
 
-    /// Commits `batch` and, for a durable store, returns once it is fsynced. Concurrent writers
-    /// share fsyncs: the one that finds no fsync running runs one for every batch appended so
-    /// far; the others wait for it (and run the next one if theirs came too late).
-    fn commit_durable(&self, batch: OwnedWriteBatch) -> Result<()> {
+    /// Appends `batch` to the journal (visible to readers at once) and returns the ticket to
+    /// wait on before acknowledging it.
+    fn append(&self, batch: OwnedWriteBatch) -> Result<Ticket> {
         batch.commit().map_err(st("committing a write"))?;
         if !self.sync_writes {
-            return Ok(());
+            return Ok(Ticket(None));
         }
         let mut state = self.sync.lock();
         state.appended += 1;
-        let ticket = state.appended;
+        Ok(Ticket(Some(state.appended)))
+    }
+
+    /// Returns once the batch of `ticket` is fsynced. Concurrent writers share fsyncs: the one
+    /// that finds no fsync running runs one for every batch appended so far; the others wait for
+    /// it (and run the next one if theirs came too late). Callers wait after releasing their
+    /// scope's lock, so the next write to the scope plans while this one syncs.
+    fn wait_durable(&self, ticket: Ticket) -> Result<()> {
+        let Ticket(Some(ticket)) = ticket else {
+            return Ok(());
+        };
+        let mut state = self.sync.lock();
         loop {
             if state.synced >= ticket {
                 return Ok(());
@@ -619,23 +633,26 @@ impl Shared {
         scope: &ScopeKey,
         tx: Tx,
         ops_for_index: Vec<IndexOp>,
-    ) -> Result<()> {
+    ) -> Result<Ticket> {
         let Tx { mut batch, lru } = tx;
         if ops_for_index.is_empty() {
-            self.commit_durable(batch)?;
+            let ticket = self.append(batch)?;
             self.apply_lru(scope, lru);
-            return Ok(());
+            return Ok(ticket);
         }
         let op = self.allocate_op();
         let ids: Vec<&str> = ops_for_index.iter().map(IndexOp::id).collect();
         let result = codec::encode(&ids).and_then(|v| {
             batch.insert(&self.ks.outbox, op.to_be_bytes(), v);
-            self.commit_durable(batch)
+            self.append(batch)
         });
-        if let Err(e) = result {
-            self.ops.lock().in_flight.remove(&op);
-            return Err(e);
-        }
+        let ticket = match result {
+            Ok(t) => t,
+            Err(e) => {
+                self.ops.lock().in_flight.remove(&op);
+                return Err(e);
+            }
+        };
         self.apply_lru(scope, lru);
         // The writer never touches tantivy: the indexer thread stages and commits, so a write
         // never waits behind an index commit. Until then `pending` answers for it.
@@ -653,7 +670,7 @@ impl Shared {
         if wake {
             self.wake.notify_one();
         }
-        Ok(())
+        Ok(ticket)
     }
 
     fn upsert_op(r: &Record) -> IndexOp {
@@ -895,7 +912,7 @@ impl MemoryStore for EmbeddedStore {
             return Ok(WriteCounts::default());
         }
         let lock = s.scope_lock(scope);
-        let _guard = lock.lock();
+        let guard = lock.lock();
         let now = (s.clock)();
         let meta = s.scope_meta(scope)?;
 
@@ -1013,7 +1030,9 @@ impl MemoryStore for EmbeddedStore {
         s.add_day(&mut tx.batch, scope, now, |d| {
             d.add_write(&plan.counts, summaries, options.tally.as_ref())
         })?;
-        s.commit_with_outbox(scope, tx, index_ops)?;
+        let ticket = s.commit_with_outbox(scope, tx, index_ops)?;
+        drop(guard);
+        s.wait_durable(ticket)?;
         Ok(plan.counts)
     }
 
@@ -1161,7 +1180,7 @@ impl MemoryStore for EmbeddedStore {
             return Ok(false);
         }
         let lock = s.scope_lock(scope);
-        let _guard = lock.lock();
+        let guard = lock.lock();
         let Some(old) = s.load_active(scope, seq)? else {
             return Ok(false);
         };
@@ -1173,14 +1192,17 @@ impl MemoryStore for EmbeddedStore {
         tx.batch
             .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
         s.add_day(&mut tx.batch, scope, now, |d| d.forgotten += 1)?;
-        s.commit_with_outbox(scope, tx, vec![IndexOp::Delete { id: old.id.clone() }])?;
+        let ticket =
+            s.commit_with_outbox(scope, tx, vec![IndexOp::Delete { id: old.id.clone() }])?;
+        drop(guard);
+        s.wait_durable(ticket)?;
         Ok(true)
     }
 
     fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
         let s = &*self.shared;
         let lock = s.scope_lock(scope);
-        let _guard = lock.lock();
+        let guard = lock.lock();
         let mut marked = Vec::new();
         for g in s.ks.active.prefix(codec::active_prefix(scope, Kind::Fact)) {
             let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
@@ -1208,7 +1230,9 @@ impl MemoryStore for EmbeddedStore {
         tx.batch
             .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
         s.add_day(&mut tx.batch, scope, now, |d| d.swept += receipt.swept)?;
-        s.commit_with_outbox(scope, tx, ops)?;
+        let ticket = s.commit_with_outbox(scope, tx, ops)?;
+        drop(guard);
+        s.wait_durable(ticket)?;
         Ok(receipt)
     }
 
@@ -1264,7 +1288,7 @@ impl MemoryStore for EmbeddedStore {
         let mut report = ImportReport::default();
         for (scope, list) in by_scope {
             let lock = s.scope_lock(scope);
-            let _guard = lock.lock();
+            let guard = lock.lock();
             let mut meta = s.scope_meta(scope)?;
             let mut tx = s.tx();
             let mut ops = Vec::new();
@@ -1291,7 +1315,9 @@ impl MemoryStore for EmbeddedStore {
             }
             tx.batch
                 .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-            s.commit_with_outbox(scope, tx, ops)?;
+            let ticket = s.commit_with_outbox(scope, tx, ops)?;
+            drop(guard);
+            s.wait_durable(ticket)?;
         }
         Ok(report)
     }

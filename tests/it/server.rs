@@ -716,3 +716,23 @@ fn a_remote_read_failure_degrades_and_an_older_server_is_reported_as_unsupported
     );
     assert!(RemoteStore::new("ftp://x", None, Duration::from_secs(1)).is_err());
 }
+
+#[test]
+fn serve_refuses_to_start_without_a_token_unless_told_to_on_loopback() {
+    let dir = tempfile::tempdir().expect("dir");
+    let serve = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_lessons"))
+            .args(["--store", dir.path().to_str().expect("utf-8"), "serve"])
+            .args(extra)
+            .env_remove("MEMORY_TOKEN")
+            .env_remove("MEMORY_READ_TOKEN")
+            .output()
+            .expect("runs")
+    };
+    let no_token = serve(&["--addr", "127.0.0.1:0"]);
+    assert_eq!(no_token.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_token.stderr).contains("MEMORY_TOKEN"));
+    let exposed = serve(&["--insecure-no-auth", "--addr", "0.0.0.0:0"]);
+    assert_eq!(exposed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&exposed.stderr).contains("loopback"));
+}
