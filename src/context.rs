@@ -87,13 +87,7 @@ impl RunScopes {
         channel: Option<&str>,
         user: Option<&str>,
     ) -> Result<RunScopes, String> {
-        let key = |kind: &str, id: &str| -> Result<ScopeKey, String> {
-            let id = id.strip_prefix(&format!("{kind}:")).unwrap_or(id);
-            if kind == "repo" && !id.contains('/') {
-                return Err(format!("repo must be OWNER/NAME, not {id:?}"));
-            }
-            ScopeKey::parse(&format!("{kind}:{id}")).map_err(|e| format!("{kind}: {e}"))
-        };
+        let key = ScopeKey::of;
         Ok(RunScopes {
             org: key("org", org)?,
             repo: repo.map(|r| key("repo", r)).transpose()?,

@@ -73,6 +73,17 @@ impl ScopeKey {
         Ok(ScopeKey(Arc::from(key)))
     }
 
+    /// The key of a scope `kind` (`org`, `repo`, `channel`, `user`) from an id without its
+    /// prefix (`acme/app`; an id that repeats the prefix, `repo:acme/app`, means the same).
+    /// A repository id must be `OWNER/NAME`.
+    pub fn of(kind: &str, id: &str) -> Result<ScopeKey, String> {
+        let id = id.strip_prefix(&format!("{kind}:")).unwrap_or(id);
+        if kind == "repo" && !id.contains('/') {
+            return Err(format!("repo must be OWNER/NAME, not {id:?}"));
+        }
+        ScopeKey::parse(&format!("{kind}:{id}")).map_err(|e| format!("{kind}: {e}"))
+    }
+
     /// A key read back from the store, which validated it on the way in.
     pub(crate) fn trusted(key: &str) -> ScopeKey {
         ScopeKey(Arc::from(key))

@@ -52,14 +52,9 @@ impl ScopeFlags {
         let Some(id) = self.flag(kind) else {
             return Ok(None);
         };
-        // `--repo repo:acme/app` means the same as `--repo acme/app`.
-        let id = id.strip_prefix(&format!("{kind}:")).unwrap_or(id);
-        if kind == "repo" && !id.contains('/') {
-            return Err(Failure(format!("--repo takes OWNER/NAME, not {id:?}")));
-        }
-        ScopeKey::parse(&format!("{kind}:{id}"))
+        ScopeKey::of(kind, id)
             .map(Some)
-            .map_err(|e| Failure(format!("--{kind}: {e}")))
+            .map_err(|e| Failure(format!("--{e}")))
     }
 
     /// The one scope a command works on.
