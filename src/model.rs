@@ -102,7 +102,24 @@ impl ScopeKey {
 
     /// The id of the `seq`-th record of this scope: `mem:<scope>:<seq>`.
     pub fn record_id(&self, seq: u64) -> String {
-        format!("mem:{}:{seq}", self.0)
+        // Built by hand: every record read makes one, and `format!` costs more than the copy.
+        let mut digits = [0u8; 20];
+        let mut n = seq;
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut id = String::with_capacity(5 + self.0.len() + (digits.len() - i));
+        id.push_str("mem:");
+        id.push_str(&self.0);
+        id.push(':');
+        id.extend(digits[i..].iter().map(|&d| char::from(d)));
+        id
     }
 }
 
@@ -600,6 +617,11 @@ mod tests {
         let scope = ScopeKey::parse("channel:slack:C1").expect("valid");
         let id = scope.record_id(42);
         assert_eq!(id, "mem:channel:slack:C1:42");
+        assert_eq!(scope.record_id(0), "mem:channel:slack:C1:0");
+        assert_eq!(
+            scope.record_id(u64::MAX),
+            format!("mem:channel:slack:C1:{}", u64::MAX)
+        );
         assert_eq!(parse_record_id(&id), Some((scope, 42)));
         assert_eq!(parse_record_id("mem:org:a:01"), None);
         assert_eq!(parse_record_id("mem:org:a:"), None);
