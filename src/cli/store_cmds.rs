@@ -538,9 +538,14 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
 /// Arguments of `lessons doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// Rebuild the keyword index from the records.
-    #[arg(long)]
+    /// Rewrite the scopes' bookkeeping and dedup keys from the records and rebuild the
+    /// keyword index from them.
+    #[arg(long, conflicts_with = "salvage")]
     pub repair: bool,
+    /// Copy every readable record of a damaged store into a new store at DIR (which must not
+    /// exist or be empty). The damaged store is only read.
+    #[arg(long, value_name = "DIR")]
+    pub salvage: Option<PathBuf>,
 }
 
 pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
@@ -548,6 +553,9 @@ pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
         return Err(Failure(
             "doctor checks a store directory; run it on the server's host with --store DIR".into(),
         ));
+    }
+    if let Some(to) = &args.salvage {
+        return salvage(cli, to);
     }
     let store = open_store(cli, false)?;
     let health = if args.repair {
@@ -589,6 +597,50 @@ pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
     } else {
         Outcome::Found
     })
+}
+
+fn salvage(cli: &Cli, to: &Path) -> Result<Outcome, Failure> {
+    let from = store_dir(cli);
+    let report = lessons::store::salvage(&from, to).map_err(fail)?;
+    let mut o = out();
+    if cli.json {
+        let v = serde_json::to_value(&report).map_err(|e| Failure(e.to_string()))?;
+        emit(&mut o, &v.to_string())?;
+    } else {
+        emit(
+            &mut o,
+            &format!(
+                "salvaged {} records into {} ({} read through the tables, {} record versions from whole journal batches, {} unreadable)",
+                report.copied,
+                to.display(),
+                report.from_tables,
+                report.from_journal,
+                report.unreadable
+            ),
+        )?;
+        for j in &report.damaged_journals {
+            emit(&mut o, &format!("damaged journal: {j}"))?;
+        }
+        if let Some(e) = &report.tables_error {
+            emit(&mut o, &format!("tables not read: {e}"))?;
+        }
+        if report.journal_missing {
+            emit(
+                &mut o,
+                "the journal was missing: writes after the last flush could not be read",
+            )?;
+        }
+        emit(
+            &mut o,
+            &format!(
+                "check it with `lessons --store {} doctor`, then move it into place of {}",
+                to.display(),
+                from.display()
+            ),
+        )?;
+    }
+    o.flush()?;
+    Ok(Outcome::Ok)
 }
 
 /// Arguments of `lessons stats`.

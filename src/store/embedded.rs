@@ -201,11 +201,17 @@ struct SyncState {
 }
 
 struct Shared {
+    /// An exclusive `flock` on the store directory, held for the store's life: a directory
+    /// cannot be deleted and recreated under a running owner the way a lock file can.
+    _dir_lock: std::fs::File,
     dir: PathBuf,
     db: Database,
     ks: Keyspaces,
     index: KeywordIndex,
     scope_locks: Mutex<HashMap<ScopeKey, Arc<Mutex<()>>>>,
+    /// Scopes whose bookkeeping was checked against their records since open (see
+    /// `scope_meta`).
+    verified: Mutex<std::collections::HashSet<ScopeKey>>,
     /// Per-scope eviction order, loaded on first need (see `eviction_head`).
     lru: Mutex<HashMap<ScopeKey, BTreeSet<LruKey>>>,
     ops: Mutex<Ops>,
@@ -258,6 +264,29 @@ impl Health {
     }
 }
 
+/// Takes the store directory's exclusive lock, or says who holds it.
+pub(super) fn lock_store_dir(dir: &Path) -> Result<std::fs::File> {
+    let file = std::fs::File::open(dir)
+        .map_err(|e| Error::io(format!("opening {} to lock it", dir.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(locked(dir)),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Error::io(format!("locking {}", dir.display()), e))
+        }
+    }
+}
+
+fn locked(dir: &Path) -> Error {
+    Error::new(
+        ErrorKind::Locked,
+        format!(
+            "the store {} is held by another process (a running `lessons serve`?); pass --server URL to use that server instead",
+            dir.display()
+        ),
+    )
+}
+
 fn st(doing: &str) -> impl FnOnce(fjall::Error) -> Error + '_ {
     move |e| Error::storage(doing, e)
 }
@@ -281,21 +310,26 @@ impl EmbeddedStore {
         }
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let db = match Database::builder(dir.join("records"))
+        let dir_lock = lock_store_dir(dir)?;
+        // fjall's own lock is a file: one deleted (or never made, by a copy) would let fjall fail
+        // with "No such file or directory", or a second process lock a fresh file. The directory
+        // lock above is what excludes other processes, so recreating fjall's file is safe.
+        let records = dir.join("records");
+        if records.join("version").exists() && !records.join("lock").exists() {
+            std::fs::File::create(records.join("lock")).map_err(|e| {
+                Error::io(format!("recreating {}", records.join("lock").display()), e)
+            })?;
+        }
+        super::journal::check_before_open(dir, &records)?;
+        let db = match Database::builder(&records)
+            // Uncompressed, so `journal` can verify and salvage it without a decompressor.
+            .journal_compression(fjall::CompressionType::None)
             .max_journaling_size(64 << 20)
             .cache_size(b.cache_bytes)
             .open()
         {
             Ok(db) => db,
-            Err(fjall::Error::Locked) => {
-                return Err(Error::new(
-                    ErrorKind::Locked,
-                    format!(
-                        "the store {} is held by another process (a running `lessons serve`?); pass --server URL to use that server instead",
-                        dir.display()
-                    ),
-                ))
-            }
+            Err(fjall::Error::Locked) => return Err(locked(dir)),
             Err(e) => return Err(Error::storage(format!("opening {}", dir.display()), e)),
         };
         // Small memtables keep the journal that every open replays short.
@@ -335,11 +369,13 @@ impl EmbeddedStore {
         }
         let opened = KeywordIndex::open(&dir.join("index"))?;
         let shared = Arc::new(Shared {
+            _dir_lock: dir_lock,
             dir: dir.to_owned(),
             db,
             ks,
             index: opened.index,
             scope_locks: Mutex::new(HashMap::new()),
+            verified: Mutex::new(std::collections::HashSet::new()),
             lru: Mutex::new(HashMap::new()),
             ops: Mutex::new(Ops::default()),
             committing: Mutex::new(()),
@@ -386,8 +422,10 @@ impl EmbeddedStore {
         self.shared.check()
     }
 
-    /// Rebuilds the keyword index from the records.
+    /// Rewrites the scopes' bookkeeping and dedup keys from the records, then rebuilds the
+    /// keyword index from them.
     pub fn repair(&self) -> Result<Health> {
+        self.shared.repair_bookkeeping()?;
         self.shared.rebuild_index()?;
         self.shared.index_degraded.store(false, Ordering::SeqCst);
         self.shared.check()
@@ -474,16 +512,125 @@ impl Shared {
         }
     }
 
-    fn scope_meta(&self, scope: &ScopeKey) -> Result<ScopeMeta> {
+    fn stored_meta(&self, scope: &ScopeKey) -> Result<Option<ScopeMeta>> {
         match self
             .ks
             .scopes
             .get(scope.as_str())
             .map_err(st("reading a scope"))?
         {
-            Some(v) => codec::decode(&v, "a scope's bookkeeping"),
-            None => Ok(ScopeMeta::default()),
+            Some(v) => codec::decode(&v, "a scope's bookkeeping").map(Some),
+            None => Ok(None),
         }
+    }
+
+    /// A scope's bookkeeping, for a caller that holds the scope's lock and is about to write.
+    ///
+    /// The bookkeeping is derived data: the next sequence number must be above every record the
+    /// scope holds, and the active count must be the number of its active records. A damaged
+    /// journal or a lost flush can leave it behind its records, and a stale next sequence would
+    /// mint an id that already exists. So the first write to a scope after open checks it
+    /// against the records (a few seeks and one scan of at most `cap` keys) and, when it
+    /// disagrees, repairs it durably before anything else and logs what it found.
+    fn scope_meta(&self, scope: &ScopeKey) -> Result<ScopeMeta> {
+        let stored = self.stored_meta(scope)?;
+        if self.verified.lock().contains(scope) {
+            return Ok(stored.unwrap_or_default());
+        }
+        let derived = self.derive_meta(scope)?;
+        let meta = stored.unwrap_or_default();
+        let repaired = ScopeMeta {
+            next_seq: meta.next_seq.max(derived.next_seq),
+            active: derived.active,
+        };
+        if repaired != meta {
+            log::warn!(
+                "[store] {scope}: bookkeeping said next seq {} and {} active, its records say {} and {}; repaired",
+                meta.next_seq,
+                meta.active,
+                repaired.next_seq,
+                repaired.active
+            );
+            let mut batch = self.db.batch();
+            batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&repaired)?);
+            let ticket = self.append(batch)?;
+            self.wait_durable(ticket)?;
+        }
+        self.verified.lock().insert(scope.clone());
+        Ok(repaired)
+    }
+
+    /// What a scope's bookkeeping must be, read from its records: one past the highest sequence
+    /// number it holds (active or retired), and the number of active records.
+    fn derive_meta(&self, scope: &ScopeKey) -> Result<ScopeMeta> {
+        let mut next_seq = 0;
+        for kind in [Kind::Fact, Kind::Summary] {
+            // `!seq` keys: the first key of a kind is its highest sequence number.
+            if let Some(g) = self
+                .ks
+                .active
+                .prefix(codec::active_prefix(scope, kind))
+                .next()
+            {
+                let k = g.key().map_err(st("reading records"))?;
+                if let Some(inv) = codec::trailing_seq(&k) {
+                    next_seq = next_seq.max((!inv).saturating_add(1));
+                }
+            }
+        }
+        if let Some(g) = self
+            .ks
+            .retired
+            .prefix(codec::scope_key_prefix(scope))
+            .next_back()
+        {
+            let k = g.key().map_err(st("reading records"))?;
+            if let Some(seq) = codec::trailing_seq(&k) {
+                next_seq = next_seq.max(seq.saturating_add(1));
+            }
+        }
+        let mut active = 0u64;
+        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
+            g.key().map_err(st("reading records"))?;
+            active += 1;
+        }
+        Ok(ScopeMeta { next_seq, active })
+    }
+
+    /// Every scope that holds a record or bookkeeping, found by seeking from one scope's
+    /// prefix to the next (a scope key never holds NUL, so NUL ends each prefix).
+    fn all_scopes(&self) -> Result<BTreeSet<ScopeKey>> {
+        let mut out = BTreeSet::new();
+        for ks in [&self.ks.active, &self.ks.retired] {
+            let mut from: Vec<u8> = Vec::new();
+            loop {
+                let Some(g) = ks.range(from.clone()..).next() else {
+                    break;
+                };
+                let k = g.key().map_err(st("reading records"))?;
+                let Some(nul) = k.iter().position(|&b| b == 0) else {
+                    return Err(Error::new(
+                        ErrorKind::Damaged,
+                        "a record key holds no scope separator",
+                    ));
+                };
+                let name = std::str::from_utf8(&k[..nul]).map_err(|_| {
+                    Error::new(ErrorKind::Damaged, "a record key's scope is not UTF-8")
+                })?;
+                out.insert(ScopeKey::parse(name).map_err(|e| {
+                    Error::new(ErrorKind::Damaged, format!("a record key's scope: {e}"))
+                })?);
+                from = k[..nul].to_vec();
+                from.push(1);
+            }
+        }
+        for g in self.ks.scopes.iter() {
+            let k = g.key().map_err(st("reading scopes"))?;
+            let name =
+                std::str::from_utf8(&k).map_err(|_| Error::format("a scope key is not UTF-8"))?;
+            out.insert(ScopeKey::parse(name).map_err(Error::format)?);
+        }
+        Ok(out)
     }
 
     /// The active record `seq` of `scope`, whichever its kind.
@@ -838,6 +985,105 @@ impl Shared {
         self.index.rebuild(docs, watermark)
     }
 
+    /// Dedup keys that disagree with the active records.
+    fn norm_problems(&self) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
+        let mut out = Vec::new();
+        let snapshot = self.db.snapshot();
+        for g in snapshot.iter(&self.ks.active) {
+            let v = g.value().map_err(st("reading records"))?;
+            let r = codec::decode_record(&v, None)?;
+            let Some(seq) = r.seq() else { continue };
+            let key = codec::norm_key(&r.scope_key, &normalize(&r.text), seq);
+            if snapshot
+                .get(&self.ks.norms, &key)
+                .map_err(st("reading the dedup index"))?
+                .is_none()
+            {
+                out.push((r.scope_key.clone(), seq, NormProblem::Missing));
+            }
+        }
+        for g in snapshot.iter(&self.ks.norms) {
+            let k = g.key().map_err(st("reading the dedup index"))?;
+            let (Some(seq), Some(nul)) = (codec::trailing_seq(&k), k.iter().position(|&b| b == 0))
+            else {
+                continue;
+            };
+            let Some(scope) = std::str::from_utf8(&k[..nul])
+                .ok()
+                .and_then(|n| ScopeKey::parse(n).ok())
+            else {
+                continue;
+            };
+            let holds = match self.load_active(&scope, seq)? {
+                Some(r) => codec::norm_key(&scope, &normalize(&r.text), seq) == k.as_ref(),
+                None => false,
+            };
+            if !holds {
+                out.push((scope, seq, NormProblem::Dangling));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rewrites every scope's bookkeeping and dedup keys from its records, one scope at a time
+    /// under its lock. Returns how many entries it changed.
+    fn repair_bookkeeping(&self) -> Result<u64> {
+        let mut changed = 0;
+        let problems = self.norm_problems()?;
+        for scope in self.all_scopes()? {
+            let lock = self.scope_lock(&scope);
+            let _guard = lock.lock();
+            let derived = self.derive_meta(&scope)?;
+            let stored = self.stored_meta(&scope)?;
+            let mut batch = self.db.batch();
+            let meta = ScopeMeta {
+                next_seq: stored.map_or(0, |m| m.next_seq).max(derived.next_seq),
+                active: derived.active,
+            };
+            if stored != Some(meta) {
+                batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+                changed += 1;
+            }
+            for (_, seq, problem) in problems.iter().filter(|(sc, _, _)| *sc == scope) {
+                match problem {
+                    NormProblem::Missing => {
+                        if let Some(r) = self.load_active(&scope, *seq)? {
+                            batch.insert(
+                                &self.ks.norms,
+                                codec::norm_key(&scope, &normalize(&r.text), *seq),
+                                [],
+                            );
+                            changed += 1;
+                        }
+                    }
+                    NormProblem::Dangling => {
+                        // The key's hash is unknown here: remove every key of this seq that
+                        // does not match the record's text.
+                        let wanted = match self.load_active(&scope, *seq)? {
+                            Some(r) => Some(codec::norm_key(&scope, &normalize(&r.text), *seq)),
+                            None => None,
+                        };
+                        for g in self.ks.norms.prefix(codec::scope_key_prefix(&scope)) {
+                            let k = g.key().map_err(st("reading the dedup index"))?;
+                            if codec::trailing_seq(&k) == Some(*seq)
+                                && wanted.as_deref() != Some(k.as_ref())
+                            {
+                                batch.remove(&self.ks.norms, k.to_vec());
+                                changed += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            let ticket = self.append(batch)?;
+            self.wait_durable(ticket)?;
+            self.verified.lock().insert(scope.clone());
+            // The eviction order is rebuilt from the records on next need.
+            self.lru.lock().remove(&scope);
+        }
+        Ok(changed)
+    }
+
     fn check(&self) -> Result<Health> {
         let mut health = Health {
             index_degraded: self.index_degraded.load(Ordering::SeqCst),
@@ -864,26 +1110,61 @@ impl Shared {
                 push_first(&mut health.missing_from_index, r.id.clone());
             }
         }
-        for g in snapshot.iter(&self.ks.scopes) {
-            let (k, v) = g.into_inner().map_err(st("reading scopes"))?;
-            let meta: ScopeMeta = codec::decode(&v, "a scope's bookkeeping")?;
-            let scope = String::from_utf8_lossy(&k).into_owned();
-            let counted = ScopeKey::parse(&scope)
-                .ok()
-                .and_then(|s| per_scope.get(&s).copied())
-                .unwrap_or(0);
-            if counted != meta.active {
-                push_first(
+        for scope in self.all_scopes()? {
+            let derived = self.derive_meta(&scope)?;
+            match self.stored_meta(&scope)? {
+                None if derived != ScopeMeta::default() => push_first(
                     &mut health.problems,
-                    format!(
-                        "{scope} counts {} active records but holds {counted}",
-                        meta.active
-                    ),
-                );
+                    format!("{scope} holds records but has no bookkeeping"),
+                ),
+                None => {}
+                Some(meta) => {
+                    if meta.active != derived.active {
+                        push_first(
+                            &mut health.problems,
+                            format!(
+                                "{scope} counts {} active records but holds {}",
+                                meta.active, derived.active
+                            ),
+                        );
+                    }
+                    if meta.next_seq < derived.next_seq {
+                        push_first(
+                            &mut health.problems,
+                            format!(
+                                "{scope} would mint its next id at {} but holds records up to {}",
+                                meta.next_seq,
+                                derived.next_seq - 1
+                            ),
+                        );
+                    }
+                }
             }
+        }
+        for (scope, seq, norm_key) in self.norm_problems()? {
+            push_first(
+                &mut health.problems,
+                match norm_key {
+                    NormProblem::Missing => {
+                        format!("{} has no dedup key", scope.record_id(seq))
+                    }
+                    NormProblem::Dangling => format!(
+                        "a dedup key points at {}, which is not an active record with that text",
+                        scope.record_id(seq)
+                    ),
+                },
+            );
         }
         Ok(health)
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NormProblem {
+    /// An active record has no dedup key.
+    Missing,
+    /// A dedup key names no active record with that text.
+    Dangling,
 }
 
 /// `r` with `status`.
@@ -1004,6 +1285,17 @@ impl MemoryStore for EmbeddedStore {
                 supersedes: insert.supersedes.clone(),
                 status: touched.status,
             };
+            // The bookkeeping was checked against the records, so this cannot fire unless the
+            // store changed under us; a write must never replace a record, whatever happened.
+            if s.load_any(scope, insert.seq)?.is_some() {
+                return Err(Error::new(
+                    ErrorKind::Damaged,
+                    format!(
+                        "refusing to overwrite {}: the scope's bookkeeping is behind its records; run `lessons doctor --repair`",
+                        scope.record_id(insert.seq)
+                    ),
+                ));
+            }
             if c.kind == Kind::Summary {
                 summaries += 1;
             }
@@ -1244,14 +1536,7 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn scopes(&self) -> Result<Vec<ScopeKey>> {
-        let mut out = Vec::new();
-        for g in self.shared.ks.scopes.iter() {
-            let k = g.key().map_err(st("reading scopes"))?;
-            let name =
-                std::str::from_utf8(&k).map_err(|_| Error::format("a scope key is not UTF-8"))?;
-            out.push(ScopeKey::parse(name).map_err(Error::format)?);
-        }
-        Ok(out)
+        Ok(self.shared.all_scopes()?.into_iter().collect())
     }
 
     fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {

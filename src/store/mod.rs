@@ -9,7 +9,9 @@
 
 mod codec;
 mod embedded;
+mod journal;
 mod memory;
+mod salvage;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFAULT_CACHE_BYTES};
 pub use memory::InMemoryStore;
+pub use salvage::{salvage, SalvageReport};
 
 use crate::error::{Error, Result};
 use crate::model::{Candidate, Kind, Record, ScopeKey, ValidCandidate, WriteCounts};

@@ -1,0 +1,412 @@
+//! A read-only check of fjall's journal files, run before fjall opens them.
+//!
+//! fjall replays its journals on open and, at the first entry it cannot decode, truncates the
+//! file there and carries on: a few garbled bytes in the middle of a journal silently discard
+//! every acknowledged write after them, and the evidence is gone once the open returns. A
+//! missing journal makes fjall start its sequence numbers at zero, which hides every record it
+//! has flushed to tables. Neither may happen to a store of ours without a word, so the store
+//! reads the journals itself first and refuses to open one that fjall would damage.
+//!
+//! The format read here is fjall 3's (`journal/entry.rs`): a batch is a `Start` entry (tag 1,
+//! u32 item count, u64 seqno), that many `Item` (tag 2) or `Clear` (tag 4) entries, and an `End`
+//! entry (tag 3, u64 xxh3 of the encoded items, the trailer `FJL\x03`). Integers are
+//! little-endian. The store writes its journal uncompressed, so an item's bytes on disk are
+//! exactly the bytes the checksum covers.
+//!
+//! What counts as damage: a batch that fails to decode or to match its checksum, followed by at
+//! least one batch that is whole. A crash leaves only an incomplete last batch (never
+//! acknowledged: a write is acknowledged after its batch is on disk), which fjall drops as it
+//! should. A whole batch whose checksum is wrong is damage wherever it is: fjall refuses it.
+
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::error::{Error, ErrorKind, Result};
+
+const MAGIC: [u8; 4] = [b'F', b'J', b'L', 3];
+const TAG_START: u8 = 1;
+const TAG_ITEM: u8 = 2;
+const TAG_END: u8 = 3;
+const TAG_CLEAR: u8 = 4;
+/// `lsm_tree::ValueType::Value`: an insert. 1 and 2 are tombstones.
+pub const VALUE_TYPE_VALUE: u8 = 0;
+
+/// One item of a whole batch.
+#[derive(Clone, Debug)]
+pub struct Item {
+    pub value_type: u8,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// A whole batch: decoded and checksum-verified.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    pub items: Vec<Item>,
+}
+
+/// Where a journal stops being readable, and what lies beyond.
+#[derive(Clone, Debug)]
+pub struct Damage {
+    /// Byte offset of the first batch that is not whole.
+    pub at: u64,
+    pub reason: &'static str,
+    /// Whole batches after `at` that opening the journal as is would discard.
+    pub later: Vec<Batch>,
+}
+
+/// The result of reading one journal file.
+#[derive(Clone, Debug)]
+pub struct Scan {
+    pub path: PathBuf,
+    /// The whole batches before the first failure (kept only when asked for).
+    pub batches: Vec<Batch>,
+    /// Set when fjall would discard whole batches or refuse the file.
+    pub damage: Option<Damage>,
+}
+
+/// The journals of a fjall database directory, oldest first: (id, path).
+pub fn journal_files(records: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(records)
+        .map_err(|e| Error::io(format!("listing {}", records.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("listing {}", records.display()), e))?;
+        let name = entry.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".jnl"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        out.push((id, entry.path()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads one journal; `keep_later` keeps the items of every whole batch (salvage needs them,
+/// the open check only the count of those after a failure).
+pub fn scan_file(path: &Path, keep_later: bool) -> Result<Scan> {
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let mut scan = scan_bytes(&bytes, keep_later);
+    scan.path = path.to_owned();
+    Ok(scan)
+}
+
+fn scan_bytes(bytes: &[u8], keep_later: bool) -> Scan {
+    let mut pos = 0usize;
+    let mut batches = Vec::new();
+    loop {
+        match parse_batch(bytes, pos) {
+            Ok((batch, next)) => {
+                if keep_later {
+                    batches.push(batch);
+                }
+                pos = next;
+            }
+            Err(failure) => {
+                let mut later = Vec::new();
+                let mut checksum_only = failure.reason == CHECKSUM;
+                // Look for whole batches beyond the failure. Only a `Start` tag can begin one.
+                let mut at = pos + 1;
+                while at < bytes.len() {
+                    let Some(off) = bytes
+                        .get(at..)
+                        .and_then(|b| b.iter().position(|&x| x == TAG_START))
+                    else {
+                        break;
+                    };
+                    let candidate = at + off;
+                    match parse_batch(bytes, candidate) {
+                        Ok((batch, next)) => {
+                            later.push(batch);
+                            at = next;
+                        }
+                        Err(e) => {
+                            checksum_only |= e.reason == CHECKSUM && e.whole;
+                            at = candidate + 1;
+                        }
+                    }
+                }
+                let damaged = !later.is_empty() || (failure.whole && checksum_only);
+                let count = later.len();
+                return Scan {
+                    path: PathBuf::new(),
+                    batches,
+                    damage: damaged.then(|| Damage {
+                        at: pos as u64,
+                        reason: failure.reason,
+                        later: if keep_later {
+                            later
+                        } else {
+                            empty_batches(count)
+                        },
+                    }),
+                };
+            }
+        }
+    }
+}
+
+/// `count` placeholder batches, so a caller that did not keep the items still knows how many.
+fn empty_batches(count: usize) -> Vec<Batch> {
+    (0..count).map(|_| Batch { items: Vec::new() }).collect()
+}
+
+const CHECKSUM: &str = "a batch's checksum does not match its items";
+
+struct Failure {
+    reason: &'static str,
+    /// The batch was complete (it had its `End` trailer) and still failed.
+    whole: bool,
+}
+
+fn fail(reason: &'static str) -> Failure {
+    Failure {
+        reason,
+        whole: false,
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Failure> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| fail("the file ends inside an entry"))?;
+        let out = self
+            .bytes
+            .get(self.pos..end)
+            .ok_or_else(|| fail("the file ends inside an entry"))?;
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, Failure> {
+        Ok(self.take(1)?.first().copied().unwrap_or(0))
+    }
+
+    fn u16(&mut self) -> Result<u16, Failure> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, Failure> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+
+    fn u64(&mut self) -> Result<u64, Failure> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+/// Parses the batch starting at `pos`: the batch and the offset after it.
+fn parse_batch(bytes: &[u8], pos: usize) -> Result<(Batch, usize), Failure> {
+    let mut r = Reader { bytes, pos };
+    if r.u8()? != TAG_START {
+        return Err(fail("an entry has an unknown tag"));
+    }
+    let count = r.u32()?;
+    r.u64()?; // the seqno
+    let mut hasher = Xxh3::new();
+    let mut items = Vec::new();
+    for _ in 0..count {
+        let entry_start = r.pos;
+        match r.u8()? {
+            TAG_ITEM => {
+                let value_type = r.u8()?;
+                if value_type > 2 {
+                    return Err(fail("an item has an unknown value type"));
+                }
+                if r.u8()? != 0 {
+                    return Err(fail("an item is compressed (this store writes none)"));
+                }
+                r.u64()?; // the keyspace id
+                let key_len = r.u16()?;
+                let value_len = r.u32()?;
+                let on_disk = r.u32()?;
+                if value_len != on_disk {
+                    return Err(fail("an item's lengths disagree"));
+                }
+                let key = r.take(usize::from(key_len))?.to_vec();
+                let value = r.take(on_disk as usize)?.to_vec();
+                items.push(Item {
+                    value_type,
+                    key,
+                    value,
+                });
+            }
+            TAG_CLEAR => {
+                r.u64()?;
+            }
+            _ => return Err(fail("a batch holds an entry that is not an item")),
+        }
+        hasher.update(bytes.get(entry_start..r.pos).unwrap_or_default());
+    }
+    if r.u8()? != TAG_END {
+        return Err(fail("a batch has more items than it announced"));
+    }
+    let checksum = r.u64()?;
+    if r.take(4)? != MAGIC {
+        return Err(fail("a batch's end marker is damaged"));
+    }
+    if hasher.digest() != checksum {
+        return Err(Failure {
+            reason: CHECKSUM,
+            whole: true,
+        });
+    }
+    Ok((Batch { items }, r.pos))
+}
+
+/// Refuses a records directory whose journals fjall would silently cut, or whose journal is
+/// missing. `store` names the store in the message.
+pub fn check_before_open(store: &Path, records: &Path) -> Result<()> {
+    if !records.join("version").exists() {
+        return Ok(()); // a new store
+    }
+    let files = journal_files(records)?;
+    if files.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Damaged,
+            format!(
+                "the store {} has no journal (no {}/*.jnl file): writes since the last flush are gone, and fjall would open the rest with its sequence numbers reset, hiding every record. Nothing was changed. Run `lessons --store {} doctor --salvage NEW_DIR` to copy every readable record into a new store",
+                store.display(),
+                records.display(),
+                store.display()
+            ),
+        ));
+    }
+    for (_, path) in files {
+        let scan = scan_file(&path, false)?;
+        if let Some(d) = scan.damage {
+            return Err(Error::new(
+                ErrorKind::Damaged,
+                format!(
+                    "the journal {} is damaged at byte {} ({}); opening it would discard {} later batches of acknowledged writes. Nothing was changed. Run `lessons --store {} doctor --salvage NEW_DIR` to copy every readable record into a new store",
+                    path.display(),
+                    d.at,
+                    d.reason,
+                    d.later.len(),
+                    store.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(ks: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut b = vec![TAG_ITEM, VALUE_TYPE_VALUE, 0];
+        b.extend_from_slice(&ks.to_le_bytes());
+        b.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        b.extend_from_slice(key);
+        b.extend_from_slice(value);
+        b
+    }
+
+    fn batch(seqno: u64, items: &[Vec<u8>]) -> Vec<u8> {
+        let mut b = vec![TAG_START];
+        b.extend_from_slice(&(items.len() as u32).to_le_bytes());
+        b.extend_from_slice(&seqno.to_le_bytes());
+        let mut h = Xxh3::new();
+        for i in items {
+            h.update(i);
+            b.extend_from_slice(i);
+        }
+        b.push(TAG_END);
+        b.extend_from_slice(&h.digest().to_le_bytes());
+        b.extend_from_slice(&MAGIC);
+        b
+    }
+
+    fn journal(n: u64) -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| batch(i, &[item(3, format!("k{i}").as_bytes(), b"value")]))
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_journal_and_its_zero_tail_are_whole() {
+        let mut j = journal(5);
+        j.extend_from_slice(&[0u8; 4096]);
+        let s = scan_bytes(&j, false);
+        assert!(s.damage.is_none());
+    }
+
+    #[test]
+    fn a_torn_last_batch_is_not_damage() {
+        let mut j = journal(5);
+        let last = batch(9, &[item(3, b"key", b"a longer value")]);
+        j.extend_from_slice(&last[..last.len() - 6]);
+        let s = scan_bytes(&j, false);
+        assert!(
+            s.damage.is_none(),
+            "a crash mid-append is an unacknowledged write"
+        );
+    }
+
+    #[test]
+    fn garbage_in_the_middle_is_damage_with_the_later_batches_counted() {
+        let mut j = journal(10);
+        let one = batch(0, &[item(3, b"k0", b"value")]).len();
+        for b in j.iter_mut().skip(3 * one + 2).take(one) {
+            *b = 0xab;
+        }
+        let s = scan_bytes(&j, true);
+        let d = s.damage.expect("damage");
+        assert_eq!(d.at, (3 * one) as u64);
+        assert_eq!(d.later.len(), 5, "batches 5..10 are whole");
+        assert_eq!(d.later[0].items[0].key, b"k5");
+    }
+
+    #[test]
+    fn a_flipped_value_byte_is_a_checksum_failure_even_at_the_end() {
+        let mut j = journal(3);
+        let n = j.len();
+        j[n - 15] ^= 1; // inside the last batch's value
+        let s = scan_bytes(&j, false);
+        let d = s.damage.expect("damage");
+        assert_eq!(d.reason, CHECKSUM);
+        assert_eq!(
+            d.at,
+            (batch(0, &[item(3, b"k0", b"value")]).len() * 2) as u64
+        );
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut seed = 7u64;
+        for len in 0..600 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (seed >> 59) as u8
+                })
+                .collect();
+            let _ = scan_bytes(&bytes, true);
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Salvage: every readable record of a damaged store, copied into a new store.
+//!
+//! The damaged store is never written: its `records/` directory is copied into a work
+//! directory inside the destination, and only the copy is repaired enough for fjall to open it
+//! (a damaged journal is cut at its first bad batch; a missing journal gets an empty one, so
+//! fjall recovers its sequence numbers from the tables). Records come from the copy's tables and
+//! journal prefix as fjall reads them, and from every whole batch of the journals, including
+//! those after the damage that fjall would have discarded (`journal` reads them). When the
+//! tables themselves do not open (a damaged footer), the journals are all that is read.
+//! Where two versions of a record disagree, the later state wins: retired over active, then the
+//! higher use count, then the later use. The destination gets them through `import`, which
+//! derives every scope's bookkeeping, dedup keys and keyword index from the records.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fjall::{Database, KeyspaceCreateOptions};
+
+use super::codec;
+use super::journal::{self, VALUE_TYPE_VALUE};
+use super::{EmbeddedStore, MemoryStore};
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::{Record, Status};
+
+/// What a salvage found and copied.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SalvageReport {
+    /// Records read from the tables and the journal up to its damage.
+    pub from_tables: u64,
+    /// Record versions read from the journals' whole batches (before and after any damage).
+    pub from_journal: u64,
+    /// Why the tables could not be opened, when they could not (only the journals were read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tables_error: Option<String>,
+    /// Journal files found damaged (and cut, in the work copy).
+    pub damaged_journals: Vec<String>,
+    /// Whether the store had no journal at all.
+    pub journal_missing: bool,
+    /// Values that could not be read or decoded, or records that failed validation.
+    pub unreadable: u64,
+    /// Records written into the new store.
+    pub copied: u64,
+}
+
+/// Copies every readable record of the store at `from` into a new store at `to`, which must
+/// not exist or be empty. `from` is only read (and locked while it is read).
+pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
+    let records = from.join("records");
+    if !records.join("version").exists() {
+        return Err(Error::invalid(format!(
+            "{} holds no store to salvage (no records/version)",
+            from.display()
+        )));
+    }
+    if to.exists()
+        && std::fs::read_dir(to)
+            .map_err(|e| Error::io(format!("reading {}", to.display()), e))?
+            .next()
+            .is_some()
+    {
+        return Err(Error::invalid(format!(
+            "{} is not empty: salvage writes into a new directory",
+            to.display()
+        )));
+    }
+    let _lock = super::embedded::lock_store_dir(from)?;
+    let work = to.join(".salvage-work");
+    let work_records = work.join("records");
+    copy_dir(&records, &work_records)?;
+    // fjall opens an existing database only through its lock file, which the copy leaves out.
+    std::fs::write(work_records.join("lock"), [])
+        .map_err(|e| Error::io("creating the work copy's lock file", e))?;
+
+    let mut report = SalvageReport::default();
+    let mut from_journal: Vec<journal::Batch> = Vec::new();
+    let journals = journal::journal_files(&work_records)?;
+    if journals.is_empty() {
+        report.journal_missing = true;
+        std::fs::write(work_records.join("0.jnl"), [])
+            .map_err(|e| Error::io("creating an empty journal in the work copy", e))?;
+    }
+    for (_, path) in &journals {
+        let scan = journal::scan_file(path, true)?;
+        from_journal.extend(scan.batches);
+        if let Some(d) = scan.damage {
+            report.damaged_journals.push(
+                records
+                    .join(path.file_name().unwrap_or_default())
+                    .display()
+                    .to_string(),
+            );
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            f.set_len(d.at)
+                .map_err(|e| Error::io(format!("cutting {}", path.display()), e))?;
+            from_journal.extend(d.later);
+        }
+    }
+
+    let mut found: BTreeMap<String, Record> = BTreeMap::new();
+    if let Err(e) = read_copy(&work_records, &mut found, &mut report) {
+        // The tables do not open: the journals are all that can be read.
+        report.tables_error = Some(e.to_string());
+    }
+    // Every journal batch is read too: records in the journal prefix are also in the copy, and
+    // merging keeps the later state; when the tables do not open, these are all there is.
+    for batch in from_journal {
+        for item in batch.items {
+            if item.value_type != VALUE_TYPE_VALUE || codec::trailing_seq(&item.key).is_none() {
+                continue;
+            }
+            // Only record values decode as records; other keyspaces' values fail the check.
+            let Ok(r) = codec::decode_record(&item.value, None) else {
+                continue;
+            };
+            if r.validate().is_err() {
+                continue;
+            }
+            report.from_journal += 1;
+            keep_later_state(&mut found, r);
+        }
+    }
+
+    let dest = EmbeddedStore::open(to)?;
+    let mut valid = Vec::with_capacity(found.len());
+    for r in found.into_values() {
+        if r.validate().is_ok() {
+            valid.push(r);
+        } else {
+            report.unreadable += 1;
+        }
+    }
+    for chunk in valid.chunks(1000) {
+        report.copied += dest.import(chunk)?.imported;
+    }
+    dest.close()?;
+    std::fs::remove_dir_all(&work)
+        .map_err(|e| Error::io(format!("removing {}", work.display()), e))?;
+    Ok(report)
+}
+
+/// Reads every record fjall can read from the work copy, counting what it cannot.
+fn read_copy(
+    records: &Path,
+    found: &mut BTreeMap<String, Record>,
+    report: &mut SalvageReport,
+) -> Result<()> {
+    let db = Database::builder(records)
+        .journal_compression(fjall::CompressionType::None)
+        .open()
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Damaged,
+                format!(
+                    "the tables do not open: {}",
+                    crate::error::describe_fjall(&e)
+                ),
+            )
+        })?;
+    for name in ["active", "retired"] {
+        let ks = db
+            .keyspace(name, KeyspaceCreateOptions::default)
+            .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))?;
+        let mut failures = 0;
+        for g in ks.iter() {
+            match g.value() {
+                Ok(v) => match codec::decode_record(&v, None) {
+                    Ok(r) => {
+                        report.from_tables += 1;
+                        keep_later_state(found, r);
+                    }
+                    Err(_) => report.unreadable += 1,
+                },
+                Err(_) => {
+                    report.unreadable += 1;
+                    failures += 1;
+                    // An iterator that keeps failing is stuck on one bad block.
+                    if failures > 1000 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Keeps the later of two versions of a record: a record only ever leaves `active`, its use
+/// count only grows, and its last use only moves forward.
+fn keep_later_state(found: &mut BTreeMap<String, Record>, r: Record) {
+    let rank = |r: &Record| {
+        (
+            r.status != Status::Active,
+            r.use_count,
+            r.last_used_at.unwrap_or(i64::MIN),
+        )
+    };
+    match found.get(&r.id) {
+        Some(old) if rank(old) >= rank(&r) => {}
+        _ => {
+            found.insert(r.id.clone(), r);
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
+    let entries =
+        std::fs::read_dir(from).map_err(|e| Error::io(format!("reading {}", from.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("reading {}", from.display()), e))?;
+        let name = entry.file_name();
+        if name == "lock" {
+            continue;
+        }
+        let src = entry.path();
+        let dst: PathBuf = to.join(&name);
+        let kind = entry
+            .file_type()
+            .map_err(|e| Error::io(format!("reading {}", src.display()), e))?;
+        if kind.is_dir() {
+            copy_dir(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)
+                .map_err(|e| Error::io(format!("copying {}", src.display()), e))?;
+        }
+    }
+    Ok(())
+}
