@@ -2,6 +2,7 @@
 
 mod cli;
 mod context;
+mod faults;
 mod fuzz_corpus;
 mod gate;
 mod model_check;
