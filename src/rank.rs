@@ -72,7 +72,8 @@ pub fn keyword_score(query_tokens: &[String], tokens: &HashSet<String>) -> f64 {
 
 /// `exp(-(now - used) / τ)`.
 pub fn recency(now: i64, used: i64) -> f64 {
-    (-((now - used) as f64) / RECENCY_TAU_MS).exp()
+    // Saturating: an imported record may carry any i64 time, and overflow must not wrap.
+    (-(now.saturating_sub(used) as f64) / RECENCY_TAU_MS).exp()
 }
 
 /// `0.7 × keyword + 0.3 × recency`.

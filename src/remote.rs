@@ -18,6 +18,8 @@ pub struct RemoteStore {
     base: String,
     token: Option<String>,
     agent: ureq::Agent,
+    /// Whether a failed `retrieve` answers no records (the bot's run path) or an error.
+    degrade_retrieve: bool,
 }
 
 impl RemoteStore {
@@ -38,21 +40,39 @@ impl RemoteStore {
             base,
             token,
             agent: config.into(),
+            degrade_retrieve: true,
         })
     }
 
-    fn post(&self, route: &str, body: &Value) -> Result<Value> {
+    /// A client whose `retrieve` reports a failure instead of answering no records: what a
+    /// person who asked needs (the bot's run path degrades to no memory; a person must see why).
+    pub fn strict(mut self) -> RemoteStore {
+        self.degrade_retrieve = false;
+        self
+    }
+
+    fn send(&self, route: &str, body: &Value) -> Result<ureq::http::Response<ureq::Body>> {
         let url = format!("{}{route}", self.base);
-        let mut req = self
-            .agent
-            .post(&url)
-            .header("content-type", "application/json");
+        let mut req = self.agent.post(&url);
+        if route == "/export" {
+            // An export's body takes as long as the store is large: no overall deadline, but a
+            // generous one for the body so a dead host cannot hold the caller forever.
+            req = req
+                .config()
+                .timeout_global(None)
+                .timeout_recv_body(Some(Duration::from_secs(3600)))
+                .build();
+        }
+        let mut req = req.header("content-type", "application/json");
         if let Some(t) = &self.token {
             req = req.header("authorization", &format!("Bearer {t}"));
         }
-        let mut resp = req
-            .send(body.to_string().as_bytes())
-            .map_err(|e| Error::new(ErrorKind::Remote, format!("POST {route}: {e}")))?;
+        req.send(body.to_string().as_bytes())
+            .map_err(|e| Error::new(ErrorKind::Remote, format!("POST {route}: {e}")))
+    }
+
+    fn post(&self, route: &str, body: &Value) -> Result<Value> {
+        let mut resp = self.send(route, body)?;
         let status = resp.status().as_u16();
         let text = resp
             .body_mut()
@@ -146,7 +166,7 @@ impl MemoryStore for RemoteStore {
             .and_then(|v| Self::records(&v, "records"))
         {
             Ok(records) => Ok(records),
-            Err(e) if e.is_invalid() => Err(e),
+            Err(e) if e.is_invalid() || !self.degrade_retrieve => Err(e),
             Err(e) => {
                 eprintln!("[memory] retrieve failed for {scope} ({e}); continuing without memory");
                 Ok(Vec::new())
@@ -200,20 +220,84 @@ impl MemoryStore for RemoteStore {
         })
     }
 
+    /// Streams: each record goes to `sink` as it is parsed from the answer, so an export of
+    /// any size needs memory for one record.
     fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
-        for r in Self::records(&self.post("/export", &json!({}))?, "records")? {
-            sink(r)?;
+        let mut resp = self.send("/export", &json!({}))?;
+        if resp.status().as_u16() != 200 {
+            // Error answers are small: read and report them as every route does.
+            let status = resp.status().as_u16();
+            let text = resp
+                .body_mut()
+                .with_config()
+                .limit(1 << 20)
+                .read_to_string()
+                .unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::Remote,
+                format!(
+                    "POST /export answered {status}: {}",
+                    text.chars().take(200).collect::<String>()
+                ),
+            ));
         }
-        Ok(())
+        let reader = resp.into_body().into_reader();
+        let mut failed: Option<Error> = None;
+        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
+        let parsed = serde::de::DeserializeSeed::deserialize(
+            ExportSeed {
+                sink,
+                failed: &mut failed,
+            },
+            &mut de,
+        );
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        parsed.map_err(|e| {
+            Error::new(
+                ErrorKind::Remote,
+                format!("the server's export does not parse (cut short?): {e}"),
+            )
+        })
     }
 
+    /// Sends the records in requests that stay under the server's body limit (by bytes, not
+    /// only by count: records differ a hundredfold in size).
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
+        const BUDGET: usize = crate::server::MAX_BODY_BYTES - 16 * 1024;
         let mut report = ImportReport::default();
-        for chunk in records.chunks(crate::server::wire::MAX_IMPORT) {
+        let mut chunk: Vec<&Record> = Vec::new();
+        let mut size = 0;
+        let flush = |chunk: &mut Vec<&Record>, report: &mut ImportReport| -> Result<()> {
+            if chunk.is_empty() {
+                return Ok(());
+            }
             let v = self.post("/import", &json!({ "records": chunk }))?;
             report.imported += count(&v, "imported");
             report.skipped += count(&v, "skipped");
+            chunk.clear();
+            Ok(())
+        };
+        for r in records {
+            let n = serde_json::to_vec(r)
+                .map_err(|e| Error::format(e.to_string()))?
+                .len()
+                + 1;
+            if n > BUDGET {
+                return Err(Error::invalid(format!(
+                    "record {} is {n} bytes of JSON, more than one request may carry",
+                    r.id
+                )));
+            }
+            if size + n > BUDGET || chunk.len() == crate::server::wire::MAX_IMPORT {
+                flush(&mut chunk, &mut report)?;
+                size = 0;
+            }
+            chunk.push(r);
+            size += n;
         }
+        flush(&mut chunk, &mut report)?;
         Ok(report)
     }
 
@@ -225,5 +309,79 @@ impl MemoryStore for RemoteStore {
                 format!("the server's counters do not parse: {e}"),
             )
         })
+    }
+}
+
+/// Parses `{"records": [ … ]}` handing each record to the sink as it arrives.
+struct ExportSeed<'a, 'b> {
+    sink: &'a mut dyn FnMut(Record) -> Result<()>,
+    failed: &'b mut Option<Error>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ExportSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ExportSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object with a records array")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<(), A::Error> {
+        let ExportSeed { sink, failed } = self;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "records" {
+                map.next_value_seed(RecordsSeed {
+                    sink: &mut *sink,
+                    failed: &mut *failed,
+                })?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct RecordsSeed<'a, 'b> {
+    sink: &'a mut dyn FnMut(Record) -> Result<()>,
+    failed: &'b mut Option<Error>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for RecordsSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for RecordsSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an array of records")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<(), A::Error> {
+        while let Some(r) = seq.next_element::<Record>()? {
+            if let Err(e) = (self.sink)(r) {
+                *self.failed = Some(e);
+                return Err(serde::de::Error::custom("the export's consumer stopped"));
+            }
+        }
+        Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! `lessons gate`: the markers of each fact, from arguments or stdin.
 
-use std::io::{self, BufRead, BufWriter, Write};
+use std::io::{self, BufRead, BufWriter, Read, Write};
 
 use clap::Args;
 use lessons::gate::rejection_marker_names;
@@ -50,10 +50,25 @@ pub fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
         let mut number = 0usize;
         loop {
             buf.clear();
-            if input.read_until(b'\n', &mut buf)? == 0 {
+            // Read at most one line's worth: a line longer than any fact can be is answered
+            // with an error and skipped without ever being held whole.
+            if (&mut input)
+                .take(MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut buf)?
+                == 0
+            {
                 break;
             }
             number += 1;
+            if buf.len() > MAX_LINE_BYTES && !buf.ends_with(b"\n") {
+                skip_line(&mut input)?;
+                let reason = format!("line is longer than {MAX_LINE_BYTES} bytes");
+                if args.json_lines {
+                    emit(&mut out, &error_line(&reason))?;
+                    continue;
+                }
+                return Err(Failure(format!("stdin line {number}: {reason}")));
+            }
             let raw = strip_newline(&buf);
             let line = match std::str::from_utf8(raw) {
                 Ok(line) => line,
@@ -81,6 +96,26 @@ pub fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
     } else {
         Outcome::Ok
     })
+}
+
+/// The longest input line read: a fact is at most 4,000 UTF-16 units, so even JSON-escaped
+/// with every character as `\uXXXX` it stays far below this.
+const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Discards input up to and including the next newline, a buffer at a time.
+fn skip_line(input: &mut impl BufRead) -> io::Result<()> {
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+            input.consume(i + 1);
+            return Ok(());
+        }
+        let n = chunk.len();
+        input.consume(n);
+    }
 }
 
 fn strip_newline(buf: &[u8]) -> &[u8] {

@@ -95,6 +95,7 @@ impl From<io::Error> for Failure {
 
 /// Parses `args`, runs the command and maps the result to an exit code.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    install_logger();
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -145,4 +146,47 @@ pub(crate) fn emit(out: &mut impl Write, line: &str) -> Result<(), Failure> {
     out.write_all(line.as_bytes())?;
     out.write_all(b"\n")?;
     Ok(())
+}
+
+/// Prints the `log` facade's records on stderr: the library's own `[store]` lines and fjall's,
+/// which otherwise go nowhere (an ENOSPC that fjall logs must reach the operator).
+/// `LESSONS_LOG` sets the level: `error`, `warn` (the default), `info`, `debug` or `trace`.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let message = record.args().to_string();
+        if message.starts_with('[') {
+            eprintln!("{message}");
+        } else {
+            // fjall's and other crates' lines: say whose they are.
+            let crate_name = record.target().split("::").next().unwrap_or("lessons");
+            eprintln!("[{crate_name}] {}: {message}", record.level());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: StderrLog = StderrLog;
+
+fn install_logger() {
+    let level = match std::env::var("LESSONS_LOG").as_deref() {
+        Ok("error") => log::LevelFilter::Error,
+        Ok("info") => log::LevelFilter::Info,
+        Ok("debug") => log::LevelFilter::Debug,
+        Ok("trace") => log::LevelFilter::Trace,
+        Ok("off") => log::LevelFilter::Off,
+        _ => log::LevelFilter::Warn,
+    };
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(level);
+    }
 }

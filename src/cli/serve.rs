@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use clap::Args;
-use lessons::server::{serve, AppState, Auth};
+use lessons::server::{serve, AppState, Auth, Limits, ServeEnd};
 
 use super::run_cmds::context_config;
 use super::store_cmds::{fail, open_store, store_dir};
@@ -19,10 +19,28 @@ pub struct ServeArgs {
     /// Accept requests without a token (only on a loopback address; for local trials).
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Connections served at once; more are closed at once (keep it under the descriptor limit).
+    #[arg(long, default_value_t = Limits::default().max_connections)]
+    pub max_connections: usize,
+    /// Seconds a connection may stay silent (between requests or mid-body) before it is closed.
+    #[arg(long, default_value_t = Limits::default().idle_timeout.as_secs())]
+    pub idle_timeout: u64,
 }
 
-fn env_token(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|t| !t.is_empty())
+/// The shortest token accepted: a guessable token is no token.
+const MIN_TOKEN_CHARS: usize = 16;
+
+/// A token from the environment: unset is `None`; set but blank or short is an error.
+fn env_token(name: &str) -> Result<Option<String>, Failure> {
+    let Ok(t) = std::env::var(name) else {
+        return Ok(None);
+    };
+    if t.trim().chars().count() < MIN_TOKEN_CHARS || t.trim() != t {
+        return Err(Failure(format!(
+            "{name} must be at least {MIN_TOKEN_CHARS} characters with no surrounding spaces (try `openssl rand -hex 32`); unset it to run without"
+        )));
+    }
+    Ok(Some(t))
 }
 
 pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
@@ -31,8 +49,18 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
             "serve owns a store directory; --server does not apply".into(),
         ));
     }
-    let token = env_token("MEMORY_TOKEN");
-    let read_token = env_token("MEMORY_READ_TOKEN");
+    let token = env_token("MEMORY_TOKEN")?;
+    let read_token = env_token("MEMORY_READ_TOKEN")?;
+    if args.max_connections == 0 || args.idle_timeout == 0 {
+        return Err(Failure(
+            "--max-connections and --idle-timeout must be at least 1".into(),
+        ));
+    }
+    let limits = Limits {
+        max_connections: args.max_connections,
+        idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+        ..Limits::default()
+    };
     if token.is_none() {
         if !args.insecure_no_auth {
             return Err(Failure(
@@ -57,7 +85,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     let runtime =
         lessons::server::runtime().map_err(|e| Failure(format!("starting the runtime: {e}")))?;
     let dir = store_dir(cli);
-    let served = runtime.block_on(serve(state, args.addr, |addr| {
+    let served = runtime.block_on(serve(state, args.addr, limits, |addr| {
         eprintln!(
             "[http] lessons serve listening on http://{addr} (store {})",
             dir.display()
@@ -65,11 +93,19 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     }));
     // Every request has finished; the last reference to the store is ours.
     drop(runtime);
-    served.map_err(|e| Failure(format!("serving on {}: {e}", args.addr)))?;
-    match Arc::try_unwrap(store) {
-        Ok(store) => store.close().map_err(fail)?,
-        Err(store) => store.flush().map_err(fail)?,
+    let end = served.map_err(|e| Failure(format!("serving on {}: {e}", args.addr)))?;
+    let closed = match Arc::try_unwrap(store) {
+        Ok(store) => store.close(),
+        Err(store) => store.flush(),
+    };
+    if let ServeEnd::StoreFailed(reason) = end {
+        // Exit non-zero so a supervisor (systemd's Restart=on-failure) restarts the server:
+        // a reopened store starts from what is on disk, which is every acknowledged write.
+        return Err(Failure(format!(
+            "stopped because the store failed at the disk ({reason}); every acknowledged write is on disk — free space or fix the disk, then start again"
+        )));
     }
+    closed.map_err(fail)?;
     eprintln!("[http] stopped; the store is flushed");
     Ok(Outcome::Ok)
 }

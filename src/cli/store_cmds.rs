@@ -200,6 +200,7 @@ pub fn open_handle(cli: &Cli, create: bool) -> Result<Handle, Failure> {
         Some(url) => {
             let token = std::env::var("MEMORY_TOKEN").ok().filter(|t| !t.is_empty());
             RemoteStore::new(url, token, std::time::Duration::from_secs(30))
+                .map(RemoteStore::strict)
                 .map(Handle::Remote)
                 .map_err(fail)
         }

@@ -10,7 +10,10 @@
 //! **Invariant:** only this module knows HTTP.
 //! **Invariant:** no log line carries record text, a query or a token.
 
+mod conn;
 pub mod wire;
+
+pub use conn::Limits;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -52,6 +55,26 @@ pub struct AppState {
     context: ContextConfig,
     commit: String,
     metrics: Mutex<Metrics>,
+    /// Set when the store failed at the disk: `/healthz` answers 503 from then on and the
+    /// server shuts down, so its supervisor restarts it on a store that reopens cleanly.
+    failure: Mutex<Option<String>>,
+    failed: tokio::sync::Notify,
+    /// Exports streaming now (each holds a thread and a snapshot).
+    exports: std::sync::atomic::AtomicUsize,
+}
+
+/// Exports that may stream at once; each runs on its own thread, off the store threads.
+pub const MAX_EXPORTS: usize = 2;
+/// Time a request body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why `serve` returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServeEnd {
+    /// SIGTERM or SIGINT.
+    Signal,
+    /// The store failed at the disk (the reason); the caller should exit non-zero.
+    StoreFailed(String),
 }
 
 impl AppState {
@@ -65,7 +88,27 @@ impl AppState {
                 .unwrap_or("unknown")
                 .to_owned(),
             metrics: Mutex::new(Metrics::default()),
+            failure: Mutex::new(None),
+            failed: tokio::sync::Notify::new(),
+            exports: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// The store's disk failure, if one happened.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
+    }
+
+    /// Records a disk failure once: logs the cause and starts the shutdown.
+    fn fail(&self, reason: &str) {
+        let mut f = self.failure.lock();
+        if f.is_none() {
+            eprintln!(
+                "[store] failed at the disk: {reason}; /healthz now answers 503 and the server shuts down so its supervisor can restart it"
+            );
+            *f = Some(reason.to_owned());
+            self.failed.notify_one();
+        }
     }
 }
 
@@ -221,6 +264,18 @@ async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, Option<Stri
         );
     }
     if path == "/healthz" {
+        if let Some(reason) = state.failure() {
+            let body = json!({"ok": false, "error": format!("the store failed: {reason}")});
+            return (
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body.to_string(),
+                )
+                    .into_response(),
+                None,
+            );
+        }
         return (
             ok_json(
                 &json!({"ok": true, "build": {"commit": state.commit}, "features": ["memory"]}),
@@ -258,15 +313,25 @@ async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, Option<Stri
             None,
         );
     }
-    let bytes: Bytes = match axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES).await {
-        Ok(b) => b,
-        Err(_) => {
+    let read = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
+    let bytes: Bytes = match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
             return (
                 error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "body must be at most 512 KiB",
                 ),
                 None,
+            )
+        }
+        Err(_) => {
+            return (
+                error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the body did not arrive within 10 seconds",
+                ),
+                Some("slow body".to_owned()),
             )
         }
     };
@@ -280,12 +345,18 @@ async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, Option<Stri
         Ok(b) => b,
         Err(reason) => return (error(StatusCode::BAD_REQUEST, &reason), None),
     };
+    if matches!(body, Body::Export) {
+        return export_response(state);
+    }
     let worker = Arc::clone(state);
     match tokio::task::spawn_blocking(move || execute(&worker, body)).await {
         Ok(Ok((value, log))) => (ok_json(&value), Some(log)),
         Ok(Err(e)) if e.is_invalid() => (error(StatusCode::BAD_REQUEST, e.message()), None),
         Ok(Err(e)) => {
             eprintln!("[http] {path} failed: {e}");
+            if e.kind() == crate::ErrorKind::Storage {
+                state.fail(e.message());
+            }
             (
                 error(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -366,6 +437,7 @@ fn execute(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
             (json!({ "scopes": scopes }), format!("scopes={n}"))
         }
         Body::Export => {
+            // Answered by `export_response`, streaming; kept for completeness.
             let mut records = Vec::new();
             store.export(&mut |r| {
                 records.push(r);
@@ -445,6 +517,98 @@ fn execute(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
             )
         }
     })
+}
+
+/// `/export` as a stream: `{"records":[` then each record as it is read, then `]}`. The records
+/// are read on a thread of their own from one snapshot and handed over through a bounded
+/// channel, so a slow reader holds a few chunks of memory and no store thread, and writes go
+/// on. A reader that goes away stops the export.
+fn export_response(state: &Arc<AppState>) -> (Response, Option<String>) {
+    use std::sync::atomic::Ordering;
+    if state.exports.fetch_add(1, Ordering::SeqCst) >= MAX_EXPORTS {
+        state.exports.fetch_sub(1, Ordering::SeqCst);
+        return (
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many exports are running; try again when one has finished",
+            ),
+            None,
+        );
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let worker = Arc::clone(state);
+    let spawned = std::thread::Builder::new()
+        .name("lessons-export".into())
+        .spawn(move || {
+            let mut chunk = Vec::with_capacity(64 * 1024);
+            chunk.extend_from_slice(b"{\"records\":[");
+            let mut first = true;
+            let result = worker.store.export(&mut |r| {
+                if !first {
+                    chunk.push(b',');
+                }
+                first = false;
+                serde_json::to_writer(&mut chunk, &r)
+                    .map_err(|e| crate::Error::format(e.to_string()))?;
+                if chunk.len() >= 64 * 1024 {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(64 * 1024));
+                    tx.blocking_send(Ok(Bytes::from(full)))
+                        .map_err(|_| crate::Error::invalid("the reader went away"))?;
+                }
+                Ok(())
+            });
+            match result {
+                Ok(()) => {
+                    chunk.extend_from_slice(b"]}");
+                    let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+                }
+                Err(e) if e.is_invalid() => {}
+                Err(e) => {
+                    // The status is sent already: cut the body so the reader sees it incomplete.
+                    eprintln!("[http] /export failed: {e}");
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                }
+            }
+            worker.exports.fetch_sub(1, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        state.exports.fetch_sub(1, Ordering::SeqCst);
+        return (
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "could not start the export thread",
+            ),
+            None,
+        );
+    }
+    let body = axum::body::Body::new(ChannelBody(rx));
+    (
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Some("streaming".to_owned()),
+    )
+}
+
+/// A response body fed by a channel.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        self.get_mut()
+            .0
+            .poll_recv(cx)
+            .map(|o| o.map(|r| r.map(http_body::Frame::data)))
+    }
 }
 
 async fn metrics_response(state: &Arc<AppState>) -> Response {
@@ -543,13 +707,15 @@ pub fn rollup_lines(store: &dyn MemoryStore, day: i64) -> crate::Result<Vec<Stri
         .collect())
 }
 
-/// Serves `state` on `addr` until SIGTERM or SIGINT; in-flight requests finish first. Logs the
-/// day's rollup per scope at each UTC day change. Calls `ready` with the bound address.
+/// Serves `state` on `addr` until SIGTERM or SIGINT, or until the store fails at the disk;
+/// in-flight requests finish first. Logs the day's rollup per scope at each UTC day change.
+/// Calls `ready` with the bound address.
 pub async fn serve(
     state: Arc<AppState>,
     addr: SocketAddr,
+    limits: Limits,
     ready: impl FnOnce(SocketAddr),
-) -> std::io::Result<()> {
+) -> std::io::Result<ServeEnd> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     ready(listener.local_addr()?);
     let rollup_state = Arc::clone(&state);
@@ -573,11 +739,21 @@ pub async fn serve(
             }
         }
     });
-    let result = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    let watcher = Arc::clone(&state);
+    let stop = async move {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            () = watcher.failed.notified() => {
+                eprintln!("[http] shutting down: the store failed; finishing in-flight requests");
+            }
+        }
+    };
+    conn::serve_on(listener, router(Arc::clone(&state)), limits, stop).await;
     rollup.abort();
-    result
+    Ok(match state.failure() {
+        Some(reason) => ServeEnd::StoreFailed(reason),
+        None => ServeEnd::Signal,
+    })
 }
 
 async fn shutdown_signal() {
@@ -638,11 +814,10 @@ impl Background {
                     let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
                         return;
                     };
-                    let _ = axum::serve(listener, router(state))
-                        .with_graceful_shutdown(async {
-                            let _ = rx.await;
-                        })
-                        .await;
+                    conn::serve_on(listener, router(state), Limits::default(), async {
+                        let _ = rx.await;
+                    })
+                    .await;
                 });
             })?;
         Ok(Background {

@@ -431,10 +431,21 @@ impl EmbeddedStore {
         self.shared.check()
     }
 
-    /// Stops the indexer, commits the index and persists the records; reports what failed.
+    /// Stops the indexer, commits the index and persists the records. Only a failure to
+    /// persist the records is an error: every write was acknowledged after its own batch was
+    /// durable, and an index commit that fails (a full disk) is logged and redone from the
+    /// outbox at the next open, so it must not make a caller report an applied write as failed.
     pub fn close(mut self) -> Result<()> {
         self.stop_indexer();
-        self.flush()
+        if let Err(e) = self.shared.commit_index() {
+            log::warn!(
+                "[store] the keyword index was not committed ({e}); the next open brings it up to date from the records"
+            );
+        }
+        self.shared
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(st("persisting the journal"))
     }
 
     fn stop_indexer(&mut self) {
@@ -1447,6 +1458,7 @@ impl MemoryStore for EmbeddedStore {
         // loss costs at most the last bumps, never a record.
         let mut tx = s.tx();
         let mut out = Vec::with_capacity(ranked.len());
+        let mut unbumped = Vec::with_capacity(ranked.len());
         for r in ranked {
             let Some(seq) = r.seq() else { continue };
             let Some(old) = s.load_active(scope, seq)? else {
@@ -1457,9 +1469,22 @@ impl MemoryStore for EmbeddedStore {
             new.last_used_at = Some(now);
             s.update_active(&mut tx, &old, &new, seq)?;
             out.push(new);
+            unbumped.push(old);
         }
-        tx.batch.commit().map_err(st("recording usage"))?;
-        s.apply_lru(scope, tx.lru);
+        // A read must answer even when its bump cannot be written (a full disk): the bump is
+        // bookkeeping, the records are the answer. The failure is logged, not returned.
+        match tx.batch.commit() {
+            Ok(()) => s.apply_lru(scope, tx.lru),
+            Err(e) => {
+                log::warn!(
+                    "[store] {scope}: retrieve answered without recording its use: {}",
+                    crate::error::describe_fjall(&e)
+                );
+                for (r, bumped) in out.iter_mut().zip(unbumped) {
+                    *r = bumped;
+                }
+            }
+        }
         Ok(out)
     }
 

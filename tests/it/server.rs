@@ -12,8 +12,8 @@ use lessons::{ContextConfig, InMemoryStore, MemoryStore};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-const TOKEN: &str = "rw-secret";
-const READ: &str = "ro-secret";
+pub(crate) const TOKEN: &str = "rw-secret-0123456789";
+pub(crate) const READ: &str = "ro-secret-0123456789";
 
 fn server_with(auth: Auth) -> Background {
     let store: Arc<dyn MemoryStore> = Arc::new(InMemoryStore::new());
@@ -45,7 +45,13 @@ fn raw(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
     (status, body)
 }
 
-fn call(url: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+pub(crate) fn call(
+    url: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -72,7 +78,7 @@ fn call(url: &str, method: &str, path: &str, token: Option<&str>, body: &str) ->
     (status, resp.body_mut().read_to_string().expect("a body"))
 }
 
-fn post(url: &str, path: &str, body: Value) -> Value {
+pub(crate) fn post(url: &str, path: &str, body: Value) -> Value {
     let (status, text) = call(url, "POST", path, Some(TOKEN), &body.to_string());
     assert_eq!(status, 200, "{path}: {text}");
     assert!(
@@ -441,12 +447,12 @@ proptest! {
 }
 
 /// A `lessons serve` child process on a free loopback port.
-struct Served {
-    child: Child,
-    url: String,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -454,7 +460,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn_serve(dir: &std::path::Path, port: u16) -> Served {
+pub(crate) fn spawn_serve(dir: &std::path::Path, port: u16) -> Served {
     let child = Command::new(env!("CARGO_BIN_EXE_lessons"))
         .args([
             "--store",
