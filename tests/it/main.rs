@@ -8,6 +8,7 @@ mod gate;
 mod model_check;
 mod reflection;
 mod server;
+mod server_faults;
 mod store;
 mod text;
 mod util;

@@ -1,0 +1,575 @@
+//! The server and the CLI under faults: a full disk, slow and idle clients, big exports and
+//! imports through `RemoteStore`, a dead server, bad tokens, hostile input lines.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lessons::remote::RemoteStore;
+use lessons::server::{AppState, Auth, Background};
+use lessons::store::{EmbeddedStore, InMemoryStore, MemoryStore, WriteOptions};
+use lessons::{Candidate, ContextConfig, ErrorKind, Kind, Record, ScopeKey, Status};
+use serde_json::json;
+
+use crate::server::{call, free_port, post, TOKEN};
+use crate::util::run;
+
+fn fact(text: &str) -> Candidate {
+    Candidate {
+        kind: Some(Kind::Fact),
+        text: text.to_owned(),
+        source_thread_key: "slack:C1:1".to_owned(),
+        ..Candidate::default()
+    }
+}
+
+/// A size-limited tmpfs, unmounted when dropped (lazily, so a process still holding a file
+/// cannot keep it).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "mounting a {size} tmpfs to simulate a full disk needs root (CI runs as root)"
+        );
+        Tmpfs(at.to_owned())
+    }
+
+    /// Fills the filesystem with a file until about `leave` bytes are free.
+    fn fill(&self, leave: u64) -> PathBuf {
+        let out = Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(&self.0)
+            .output()
+            .expect("df runs");
+        let avail: u64 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .expect("df prints the free bytes");
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).expect("filler");
+        let chunk = vec![0u8; 1 << 20];
+        let mut left = avail.saturating_sub(leave);
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            if f.write_all(&chunk[..n]).is_err() {
+                break;
+            }
+            left -= n as u64;
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fs = Tmpfs::mount(&tmp.path().join("mnt"), "24m");
+    let store = fs.0.join("store");
+    let log_path = tmp.path().join("serve.log");
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lessons"))
+        .arg("--store")
+        .arg(&store)
+        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+        .env("MEMORY_TOKEN", TOKEN)
+        .env_remove("LESSONS_STORE")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).expect("log file"))
+        .spawn()
+        .expect("serve starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let filler = fs.fill(300 * 1024);
+
+    let pad = "x".repeat(600);
+    let mut acked = Vec::new();
+    let mut failed = None;
+    for i in 0..2000 {
+        let text = format!("lesson {i}: keep the journal on a disk with room {pad}");
+        let body = json!({"scopeKey": "repo:acme/app", "records": [
+            {"kind": "fact", "text": text, "sourceThreadKey": "t"}]});
+        let (status, answer) = call(&url, "POST", "/write", Some(TOKEN), &body.to_string());
+        if status == 200 {
+            acked.push(text);
+        } else {
+            failed = Some((status, answer));
+            break;
+        }
+    }
+    let (status, answer) = failed.expect("the disk filled up");
+    assert_eq!(status, 500, "{answer}");
+    assert!(!acked.is_empty());
+
+    // The server exits non-zero on its own, so a supervisor restarts it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server kept running on a failed store"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(2));
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    assert!(
+        log.contains("No space left on device"),
+        "the cause is logged:\n{log}"
+    );
+    assert!(log.contains("failed at the disk"), "{log}");
+
+    // Space comes back; the restarted store holds every acknowledged write and takes new ones.
+    std::fs::remove_file(filler).expect("free space");
+    let reopened = EmbeddedStore::open(&store).expect("the store reopens");
+    let mut texts = Vec::new();
+    reopened
+        .export(&mut |r| {
+            texts.push(r.text);
+            Ok(())
+        })
+        .expect("export");
+    for t in &acked {
+        assert!(texts.contains(t), "an acknowledged write is gone");
+    }
+    let s = ScopeKey::parse("repo:acme/app").expect("scope");
+    reopened
+        .write(
+            &s,
+            &[fact("after the disk was freed")],
+            &WriteOptions::default(),
+        )
+        .expect("writes work again");
+    assert!(reopened.check().expect("doctor").is_ok());
+}
+
+#[test]
+fn retrieve_answers_when_its_usage_bump_cannot_be_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fs = Tmpfs::mount(&tmp.path().join("mnt"), "16m");
+    let s = ScopeKey::parse("repo:acme/app").expect("scope");
+    let store = EmbeddedStore::open(fs.0.join("store")).expect("open");
+    store
+        .write(
+            &s,
+            &[fact("pin the registry mirror in CI")],
+            &WriteOptions::default(),
+        )
+        .expect("write");
+    let _filler = fs.fill(0);
+    let pad = "y".repeat(3000);
+    let mut i = 0;
+    while store
+        .write(
+            &s,
+            &[fact(&format!("filler {i} {pad}"))],
+            &WriteOptions::default(),
+        )
+        .is_ok()
+    {
+        i += 1;
+        assert!(i < 10_000, "the disk never filled");
+    }
+    let found = store
+        .retrieve(&s, "registry mirror", 3)
+        .expect("a read answers on a full disk");
+    assert!(found
+        .iter()
+        .any(|r| r.text == "pin the registry mirror in CI"));
+}
+
+#[test]
+fn healthz_answers_503_once_the_store_failed_at_the_disk() {
+    /// Fails every write as a full disk does; reads work.
+    struct FullDisk(InMemoryStore);
+    impl MemoryStore for FullDisk {
+        fn write(
+            &self,
+            _: &ScopeKey,
+            _: &[Candidate],
+            _: &WriteOptions,
+        ) -> lessons::Result<lessons::WriteCounts> {
+            Err(lessons::Error::new(
+                ErrorKind::Storage,
+                "committing a write: No space left on device (os error 28)",
+            ))
+        }
+        fn list(
+            &self,
+            s: &ScopeKey,
+            q: &lessons::store::ListQuery,
+        ) -> lessons::Result<Vec<Record>> {
+            self.0.list(s, q)
+        }
+        fn retrieve(&self, s: &ScopeKey, q: &str, l: usize) -> lessons::Result<Vec<Record>> {
+            self.0.retrieve(s, q, l)
+        }
+        fn forget(&self, s: &ScopeKey, id: &str) -> lessons::Result<bool> {
+            self.0.forget(s, id)
+        }
+        fn sweep(&self, s: &ScopeKey, d: bool) -> lessons::Result<lessons::store::SweepReceipt> {
+            self.0.sweep(s, d)
+        }
+        fn get(&self, id: &str) -> lessons::Result<Option<Record>> {
+            self.0.get(id)
+        }
+        fn scopes(&self) -> lessons::Result<Vec<ScopeKey>> {
+            self.0.scopes()
+        }
+        fn export(
+            &self,
+            sink: &mut dyn FnMut(Record) -> lessons::Result<()>,
+        ) -> lessons::Result<()> {
+            self.0.export(sink)
+        }
+        fn import(&self, r: &[Record]) -> lessons::Result<lessons::store::ImportReport> {
+            self.0.import(r)
+        }
+        fn stats(&self, since: i64) -> lessons::Result<Vec<lessons::store::DayStats>> {
+            self.0.stats(since)
+        }
+    }
+    let auth = Auth {
+        token: Some(TOKEN.to_owned()),
+        read_token: None,
+        open: false,
+    };
+    let state = AppState::new(
+        Arc::new(FullDisk(InMemoryStore::new())),
+        auth,
+        ContextConfig::default(),
+    );
+    let server = Background::start(Arc::clone(&state)).expect("server");
+    let url = server.url();
+    assert_eq!(call(&url, "GET", "/healthz", None, "").0, 200);
+    let body = json!({"scopeKey": "org:acme", "records": [
+        {"kind": "fact", "text": "a lesson", "sourceThreadKey": "t"}]});
+    let (status, _) = call(&url, "POST", "/write", Some(TOKEN), &body.to_string());
+    assert_eq!(status, 500);
+    assert!(state.failure().is_some_and(|f| f.contains("No space left")));
+    let (status, answer) = call(&url, "GET", "/healthz", None, "");
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer.contains("No space left on device"), "{answer}");
+}
+
+/// Opens a TCP connection and writes `bytes` (maybe nothing).
+fn connect_and_send(port: u16, bytes: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.write_all(bytes).expect("send");
+    s
+}
+
+/// Whether the server closes `s` within `within` (EOF or reset when reading).
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).expect("timeout");
+    let mut buf = [0u8; 1024];
+    let started = Instant::now();
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {} // an error answer (408) before the close
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+        if started.elapsed() > within {
+            return false;
+        }
+    }
+}
+
+#[test]
+fn idle_slow_and_excess_connections_are_closed_and_logged() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let log_path = tmp.path().join("serve.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lessons"))
+        .arg("--store")
+        .arg(tmp.path().join("store"))
+        .args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--max-connections",
+            "8",
+            "--idle-timeout",
+            "2",
+        ])
+        .env("MEMORY_TOKEN", TOKEN)
+        .env_remove("LESSONS_STORE")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).expect("log"))
+        .spawn()
+        .expect("serve starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Let the probe connections above be closed as idle before filling the slots.
+    std::thread::sleep(Duration::from_millis(2500));
+
+    let mut idle: Vec<TcpStream> = (0..6).map(|_| connect_and_send(port, b"")).collect();
+    let mut slow_header = connect_and_send(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    let mut slow_body = connect_and_send(
+        port,
+        format!(
+            "POST /list HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"scope"
+        )
+        .as_bytes(),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    // Every slot is taken: the next connections are closed at once, not left hanging.
+    let mut excess = connect_and_send(port, b"");
+    assert!(
+        closed_within(&mut excess, Duration::from_secs(1)),
+        "a connection past the cap is closed at once"
+    );
+    // The silent ones are closed after the idle timeout (2 s), freeing the slots.
+    for s in idle.iter_mut().chain([&mut slow_header, &mut slow_body]) {
+        assert!(
+            closed_within(s, Duration::from_secs(5)),
+            "a silent connection stays open"
+        );
+    }
+    assert_eq!(call(&url, "GET", "/healthz", None, "").0, 200);
+    assert_eq!(
+        post(&url, "/list", json!({"scopeKey": "org:acme", "limit": 5}))["records"],
+        json!([])
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert_eq!(child.wait().expect("exits").code(), Some(0));
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    assert!(log.contains("connection limit reached"), "{log}");
+    assert!(log.contains("silent too long"), "{log}");
+}
+
+fn server_over(store: Arc<dyn MemoryStore>) -> Background {
+    let auth = Auth {
+        token: Some(TOKEN.to_owned()),
+        read_token: None,
+        open: false,
+    };
+    Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server")
+}
+
+fn big_record(scope: &str, seq: u64) -> Record {
+    Record {
+        id: format!("mem:{scope}:{seq}"),
+        scope_key: ScopeKey::parse(scope).expect("scope"),
+        kind: Kind::Fact,
+        text: format!("lesson {seq}: {}", "z".repeat(3900)),
+        keywords: Vec::new(),
+        source_thread_key: "t".to_owned(),
+        source_run_id: None,
+        provenance: None,
+        created_at: 1_700_000_000_000 + seq as i64,
+        last_used_at: None,
+        use_count: 0,
+        confidence: Some(1.0),
+        supersedes: None,
+        status: Status::Active,
+    }
+}
+
+#[test]
+fn remote_import_splits_by_bytes_and_export_streams_everything_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(EmbeddedStore::open(dir.path()).expect("open"));
+    let server = server_over(store.clone());
+    let remote = RemoteStore::new(
+        &server.url(),
+        Some(TOKEN.to_owned()),
+        Duration::from_secs(30),
+    )
+    .expect("client");
+    // 300 records of ~4 KB: 1.2 MB, more than two bodies of 512 KiB although fewer than the
+    // count limit per request.
+    let records: Vec<Record> = (0..300).map(|i| big_record("repo:acme/app", i)).collect();
+    let report = remote.import(&records).expect("import through the server");
+    assert_eq!(report.imported, 300);
+    let mut back = Vec::new();
+    remote
+        .export(&mut |r| {
+            back.push(r);
+            Ok(())
+        })
+        .expect("export through the server");
+    // The wire form round-trips exactly (a record without keywords shows its text's tokens).
+    assert_eq!(
+        serde_json::to_value(&back).expect("json"),
+        serde_json::to_value(&records).expect("json")
+    );
+    // A consumer that stops early stops the stream without an error of its own kind lost.
+    let mut seen = 0;
+    let err = remote
+        .export(&mut |_| {
+            seen += 1;
+            if seen == 10 {
+                Err(lessons::Error::invalid("enough"))
+            } else {
+                Ok(())
+            }
+        })
+        .expect_err("the sink's error comes back");
+    assert!(err.is_invalid(), "{err}");
+    assert_eq!(seen, 10);
+}
+
+#[test]
+fn the_cli_reports_a_dead_server_instead_of_an_empty_answer() {
+    let port = free_port(); // nothing listens there
+    let out = run(
+        &[
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+            "retrieve",
+            "--scope",
+            "org:acme",
+            "--query",
+            "registry mirror",
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/retrieve"));
+}
+
+#[test]
+fn serve_refuses_blank_or_short_tokens() {
+    for bad in [" ", "short", " rw-secret-0123456789"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lessons"))
+            .args([
+                "--store",
+                "/nonexistent/never-created",
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+            ])
+            .env("MEMORY_TOKEN", bad)
+            .env_remove("LESSONS_STORE")
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{bad:?} was accepted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
+    }
+}
+
+#[test]
+fn gate_json_lines_skips_an_overlong_line_without_holding_it() {
+    let long = format!("\"{}\"", "a".repeat(3 << 20));
+    let input = format!("\"PR 1 is merged\"\n{long}\n\"run npm ci first\"\n");
+    let out = run(&["gate", "--json-lines"], &input);
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines[1]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("longer than")));
+    assert_eq!(lines[2], json!({"markers": []}));
+}
+
+#[test]
+fn extreme_imported_times_never_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = EmbeddedStore::open(dir.path()).expect("open");
+    let mut a = big_record("org:acme", 0);
+    a.text = "pin the registry mirror".to_owned();
+    a.created_at = i64::MIN;
+    let mut b = big_record("org:acme", 1);
+    b.text = "pin the registry mirror twice".to_owned();
+    b.created_at = i64::MAX;
+    b.last_used_at = Some(i64::MIN);
+    store.import(&[a, b]).expect("import");
+    let s = ScopeKey::parse("org:acme").expect("scope");
+    let found = store.retrieve(&s, "registry mirror", 5).expect("retrieve");
+    assert_eq!(found.len(), 2);
+    store
+        .write(
+            &s,
+            &[fact("a third lesson")],
+            &WriteOptions {
+                cap: Some(2),
+                tally: None,
+            },
+        )
+        .expect("a write that evicts by these times");
+    store.close().expect("close");
+    let out = run(
+        &[
+            "--store",
+            dir.path().to_str().expect("utf-8"),
+            "list",
+            "--scope",
+            "org:acme",
+        ],
+        "",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn close_succeeds_when_only_the_index_commit_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = ScopeKey::parse("org:acme").expect("scope");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        store
+            .write(
+                &s,
+                &[fact("pin the registry mirror")],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+        // The index cannot be committed (as on a full disk): the write was durable anyway.
+        std::fs::remove_dir_all(dir.path().join("index")).expect("remove the index");
+        store.close().expect("close reports only record failures");
+    }
+    let store = EmbeddedStore::open(dir.path()).expect("reopen rebuilds the index");
+    assert_eq!(
+        store
+            .retrieve(&s, "registry mirror", 3)
+            .expect("retrieve")
+            .len(),
+        1
+    );
+    assert!(store.check().expect("doctor").is_ok());
+}
