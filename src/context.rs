@@ -48,18 +48,18 @@ impl Default for ContextConfig {
 
 impl ContextConfig {
     /// Checks the bounds: limit 1–100, max_tokens ≥ 1, repo_window 0–50.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
         if !(1..=100).contains(&self.limit) {
-            return Err("limit must be between 1 and 100".into());
+            return Err(crate::Error::invalid("limit must be between 1 and 100"));
         }
         if self.max_tokens == 0 {
-            return Err("maxTokens must be at least 1".into());
+            return Err(crate::Error::invalid("maxTokens must be at least 1"));
         }
         if self.repo_window > crate::store::MAX_LIMIT {
-            return Err(format!(
+            return Err(crate::Error::invalid(format!(
                 "repoWindow must be between 0 and {}",
                 crate::store::MAX_LIMIT
-            ));
+            )));
         }
         Ok(())
     }
@@ -86,7 +86,7 @@ impl RunScopes {
         repo: Option<&str>,
         channel: Option<&str>,
         user: Option<&str>,
-    ) -> Result<RunScopes, String> {
+    ) -> crate::Result<RunScopes> {
         let key = ScopeKey::of;
         Ok(RunScopes {
             org: key("org", org)?,

@@ -1,6 +1,7 @@
 //! The library's one error type: a kind to branch on and a message a person can act on.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// What went wrong, coarsely: enough for the CLI to pick an exit code and the server a status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,11 +25,13 @@ pub enum ErrorKind {
     Damaged,
 }
 
-/// An error from the `lessons` library.
+/// An error from the `lessons` library: a kind, a message that says what was being done and
+/// what to do, and the underlying error (an IO error, fjall's, tantivy's) as its `source()`.
 #[derive(Clone, Debug)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 /// `Result` with [`Error`].
@@ -40,7 +43,17 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            source: None,
         }
+    }
+
+    /// The same error, with `source` as its cause.
+    pub(crate) fn with_source(
+        mut self,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        self.source = Some(Arc::new(source));
+        self
     }
 
     /// Invalid input: `message` names the field and the rule.
@@ -60,13 +73,26 @@ impl Error {
 
     /// An IO failure while `doing` something.
     pub fn io(doing: impl fmt::Display, e: std::io::Error) -> Error {
-        Error::new(ErrorKind::Io, format!("{doing}: {e}"))
+        Error::new(ErrorKind::Io, format!("{doing}: {e}")).with_source(e)
+    }
+
+    /// The IO error kind underneath, if an IO error caused this one (a closed pipe, a full
+    /// disk): for callers that branch on it, as the CLI does on `BrokenPipe`.
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(self);
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                return Some(io.kind());
+            }
+            cause = e.source();
+        }
+        None
     }
 
     /// A records-engine failure while `doing` something. Damage on disk (a checksum, a tag or
     /// a version that does not read) is `Damaged` and says what to do; a failed disk write is
     /// `Storage` and names the OS error (ENOSPC reads "No space left on device").
-    pub fn storage(doing: impl fmt::Display, e: fjall::Error) -> Error {
+    pub(crate) fn storage(doing: impl fmt::Display, e: fjall::Error) -> Error {
         let kind = if is_damage(&e) {
             ErrorKind::Damaged
         } else {
@@ -78,7 +104,7 @@ impl Error {
                 "; the store's files are damaged: run `lessons doctor --salvage NEW_DIR` to copy every readable record into a new store",
             );
         }
-        Error::new(kind, message)
+        Error::new(kind, message).with_source(e)
     }
 
     /// The kind.
@@ -108,7 +134,13 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// Whether a records-engine error means a file on disk does not read as written.
 fn is_damage(e: &fjall::Error) -> bool {

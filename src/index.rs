@@ -56,7 +56,6 @@ pub enum IndexOp {
 
 /// The tantivy index of active records.
 pub struct KeywordIndex {
-    index: Index,
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     f_id: Field,
@@ -86,8 +85,8 @@ fn schema() -> (Schema, Field, Field, Field) {
     (b.build(), f_id, f_scope, f_body)
 }
 
-fn index_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::index(format!("{what}: {e}"))
+fn index_err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::index(format!("{what}: {e}")).with_source(e)
 }
 
 impl KeywordIndex {
@@ -136,7 +135,6 @@ impl KeywordIndex {
             .map_err(|e| index_err("opening the index reader", e))?;
         Ok(Opened {
             index: KeywordIndex {
-                index,
                 reader,
                 writer: Mutex::new(writer),
                 f_id,
@@ -256,16 +254,6 @@ impl KeywordIndex {
         self.reader.searcher().num_docs()
     }
 
-    /// The watermark of the last commit, if it has one.
-    pub fn watermark(&self) -> Result<Option<u64>> {
-        Ok(self
-            .index
-            .load_metas()
-            .map_err(|e| index_err("reading the index metadata", e))?
-            .payload
-            .and_then(|p| p.parse::<u64>().ok()))
-    }
-
     /// Whether the committed index holds a document with this id.
     pub fn contains(&self, id: &str) -> Result<bool> {
         let searcher = self.reader.searcher();
@@ -277,14 +265,6 @@ impl KeywordIndex {
             .search(&q, &tantivy::collector::Count)
             .map_err(|e| index_err("searching the index", e))?;
         Ok(n > 0)
-    }
-
-    /// Waits for background merges; call once at shutdown after the last commit.
-    pub fn shutdown(self) -> Result<()> {
-        self.writer
-            .into_inner()
-            .wait_merging_threads()
-            .map_err(|e| index_err("finishing index merges", e))
     }
 }
 

@@ -45,32 +45,40 @@
 //! - [`redact`]: which spans of this text are secrets?
 //! - [`text`]: tokens, the dedup key, the sanitized field, the token estimate.
 //! - [`model`]: records, candidates, scope keys, statuses, counts.
-//! - [`plan`]: given a scope's records and candidates, what must a write do?
+//! - `plan` (internal): given a scope's records and candidates, what must a write do?
 //! - [`rank`]: keyword score, recency, the blended score.
 //! - [`store`]: the [`MemoryStore`] contract; [`EmbeddedStore`] (fjall + tantivy) and
 //!   [`InMemoryStore`].
-//! - [`index`]: the tantivy keyword index.
+//! - `index` (internal): the tantivy keyword index.
 //! - [`context`]: which records does a run see, and exactly what bytes?
 //! - [`reflect`]: the extractor's prompt, reading its reply, routing facts to scopes.
 //! - [`memory`]: what a bot calls per run, in order, against a store.
-//! - [`server`]: the memory Worker's HTTP wire contract over one store (`lessons serve`).
-//! - [`remote`]: the store contract over that wire ([`remote::RemoteStore`]).
+//! - `server` (feature `server`): the memory Worker's HTTP wire contract over one store
+//!   (`lessons serve`).
+//! - `remote` (feature `remote`): the store contract over that wire (`remote::RemoteStore`).
+//!
+//! Features: `server`, `remote` and `cli` (the binary; the default, which includes the other
+//! two). `default-features = false` builds the store alone: fjall, tantivy, regex, serde,
+//! postcard, parking_lot, log.
 
 #![forbid(unsafe_code)]
 
 pub mod context;
 mod error;
+#[cfg(feature = "__fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gate;
-pub mod index;
+mod index;
 pub mod memory;
 pub mod model;
-pub mod plan;
+mod plan;
 pub mod rank;
 pub mod redact;
 pub mod reflect;
+#[cfg(feature = "remote")]
 pub mod remote;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod store;
 pub mod text;

@@ -92,7 +92,7 @@ pub fn build_context(
     ctx
 }
 
-/// The block for a run, or `None`; warnings go to stderr as `[memory] …` lines.
+/// The block for a run, or `None`; warnings go to the `log` facade as `[memory] …` lines.
 pub fn context_block(
     store: &dyn MemoryStore,
     run: &RunScopes,
@@ -102,7 +102,7 @@ pub fn context_block(
     let now = crate::store::system_clock()();
     let ctx = build_context(store, run, brief, config, now);
     for w in &ctx.warnings {
-        eprintln!("{w}");
+        log::warn!("{w}");
     }
     ctx.block
 }

@@ -29,6 +29,10 @@ pub const DEFAULT_KEYWORDS: usize = 20;
 pub const MAX_KEYWORD_UNITS: usize = 64;
 /// The most bytes of a record's provenance as JSON.
 pub const MAX_PROVENANCE_BYTES: usize = 16 * 1024;
+/// The largest request body the wire carries (the server refuses more; clients split).
+pub const MAX_BODY_BYTES: usize = 512 * 1024;
+/// The most records one `/import` request carries.
+pub const MAX_IMPORT: usize = 1000;
 
 /// Characters a scope key may not hold: whitespace (both JavaScript's and Unicode's), control,
 /// format, private-use and unassigned characters.
@@ -53,8 +57,14 @@ impl Serialize for ScopeKey {
 }
 
 impl ScopeKey {
-    /// Validates `key`.
-    pub fn parse(key: &str) -> Result<ScopeKey, String> {
+    /// Validates `key`; an invalid key is an [`ErrorKind::Invalid`](crate::ErrorKind) error
+    /// whose message names the rule.
+    pub fn parse(key: &str) -> crate::Result<ScopeKey> {
+        ScopeKey::parse_reason(key).map_err(crate::Error::invalid)
+    }
+
+    /// [`ScopeKey::parse`] with the reason as text, for validators that compose reasons.
+    pub(crate) fn parse_reason(key: &str) -> Result<ScopeKey, String> {
         if key.is_empty() {
             return Err("scopeKey must not be empty".into());
         }
@@ -76,12 +86,15 @@ impl ScopeKey {
     /// The key of a scope `kind` (`org`, `repo`, `channel`, `user`) from an id without its
     /// prefix (`acme/app`; an id that repeats the prefix, `repo:acme/app`, means the same).
     /// A repository id must be `OWNER/NAME`.
-    pub fn of(kind: &str, id: &str) -> Result<ScopeKey, String> {
+    pub fn of(kind: &str, id: &str) -> crate::Result<ScopeKey> {
         let id = id.strip_prefix(&format!("{kind}:")).unwrap_or(id);
         if kind == "repo" && !id.contains('/') {
-            return Err(format!("repo must be OWNER/NAME, not {id:?}"));
+            return Err(crate::Error::invalid(format!(
+                "repo must be OWNER/NAME, not {id:?}"
+            )));
         }
-        ScopeKey::parse(&format!("{kind}:{id}")).map_err(|e| format!("{kind}: {e}"))
+        ScopeKey::parse_reason(&format!("{kind}:{id}"))
+            .map_err(|e| crate::Error::invalid(format!("{kind}: {e}")))
     }
 
     /// A key read back from the store, which validated it on the way in.
@@ -331,7 +344,11 @@ impl Record {
     }
 
     /// Checks a record read from an export: id, scope, bounds.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> crate::Result<()> {
+        self.validate_reason().map_err(crate::Error::invalid)
+    }
+
+    fn validate_reason(&self) -> Result<(), String> {
         let (scope, _) = parse_record_id(&self.id)
             .ok_or_else(|| format!("id {:?} is not mem:<scopeKey>:<seq>", self.id))?;
         if scope != self.scope_key {
@@ -430,7 +447,17 @@ impl Candidate {
     /// Checks every bound and returns the candidate in the form the planner takes: keywords
     /// lowercased (or the text's tokens), empty pointers removed. `index` names the candidate in
     /// the reason.
-    pub fn validate(&self, scope: &ScopeKey, index: usize) -> Result<ValidCandidate, String> {
+    pub fn validate(&self, scope: &ScopeKey, index: usize) -> crate::Result<ValidCandidate> {
+        self.validate_reason(scope, index)
+            .map_err(crate::Error::invalid)
+    }
+
+    /// [`Candidate::validate`] with the reason as text.
+    pub(crate) fn validate_reason(
+        &self,
+        scope: &ScopeKey,
+        index: usize,
+    ) -> Result<ValidCandidate, String> {
         let at = |e: String| format!("records[{index}]: {e}");
         let kind = self
             .kind
@@ -641,16 +668,15 @@ mod tests {
             .expect("valid");
         assert!(ok.keywords.is_empty(), "no keywords given: none stored");
         let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
-        assert_eq!(
-            blank.expect_err("blank"),
-            "records[3]: text must not be empty"
-        );
+        let blank = blank.expect_err("blank");
+        assert!(blank.is_invalid());
+        assert_eq!(blank.message(), "records[3]: text must not be empty");
         let long = Candidate::fact("x".repeat(4001), "t").validate(&scope, 0);
-        assert!(long.expect_err("long").contains("4000"));
+        assert!(long.expect_err("long").message().contains("4000"));
         let conf = Candidate::fact("x", "t")
             .with_confidence(f64::NAN)
             .validate(&scope, 0);
-        assert!(conf.expect_err("nan").contains("confidence"));
+        assert!(conf.expect_err("nan").message().contains("confidence"));
         let empty_ptr = Candidate::fact("x", "t")
             .restating("")
             .validate(&scope, 0)

@@ -1,8 +1,8 @@
 //! `RemoteStore`: the store contract over the memory Worker's wire, for a `lessons serve` on
 //! another host or the original Worker.
 //!
-//! Reads degrade the way the bot's do: a failed `retrieve` answers no records and prints one
-//! `[memory]` warning. Writes, lists, forgets and sweeps fail with an error naming the status and
+//! Reads degrade the way the bot's do: a failed `retrieve` answers no records and logs one
+//! `[memory]` warning (through the `log` facade). Writes, lists, forgets and sweeps fail with an error naming the status and
 //! the server's message. Routes an older server lacks answer 404, reported as unsupported.
 
 use std::time::Duration;
@@ -168,7 +168,7 @@ impl MemoryStore for RemoteStore {
             Ok(records) => Ok(records),
             Err(e) if e.is_invalid() || !self.degrade_retrieve => Err(e),
             Err(e) => {
-                eprintln!("[memory] retrieve failed for {scope} ({e}); continuing without memory");
+                log::warn!("[memory] retrieve failed for {scope} ({e}); continuing without memory");
                 Ok(Vec::new())
             }
         }
@@ -265,7 +265,7 @@ impl MemoryStore for RemoteStore {
     /// Sends the records in requests that stay under the server's body limit (by bytes, not
     /// only by count: records differ a hundredfold in size).
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
-        const BUDGET: usize = crate::server::MAX_BODY_BYTES - 16 * 1024;
+        const BUDGET: usize = crate::model::MAX_BODY_BYTES - 16 * 1024;
         let mut report = ImportReport::default();
         let mut chunk: Vec<&Record> = Vec::new();
         let mut size = 0;
@@ -290,7 +290,7 @@ impl MemoryStore for RemoteStore {
                     r.id
                 )));
             }
-            if size + n > BUDGET || chunk.len() == crate::server::wire::MAX_IMPORT {
+            if size + n > BUDGET || chunk.len() == crate::model::MAX_IMPORT {
                 flush(&mut chunk, &mut report)?;
                 size = 0;
             }

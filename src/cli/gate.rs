@@ -67,7 +67,7 @@ pub fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
                     emit(&mut out, &error_line(&reason))?;
                     continue;
                 }
-                return Err(Failure(format!("stdin line {number}: {reason}")));
+                return Err(Failure::Usage(format!("stdin line {number}: {reason}")));
             }
             let raw = strip_newline(&buf);
             let line = match std::str::from_utf8(raw) {
@@ -77,7 +77,9 @@ pub fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
                     continue;
                 }
                 Err(_) => {
-                    return Err(Failure(format!("stdin line {number} is not valid UTF-8")));
+                    return Err(Failure::Usage(format!(
+                        "stdin line {number} is not valid UTF-8"
+                    )));
                 }
             };
             if args.json_lines {

@@ -83,13 +83,48 @@ pub enum Outcome {
     Found,
 }
 
-/// A usage or operational error: exit 2 with this one-line reason on stderr.
+/// A usage or operational error: exit 2 with a one-line reason on stderr. The error keeps its
+/// kind, so [`run`] can tell a reader that closed the pipe (exit 0) from a real failure.
 #[derive(Debug)]
-pub struct Failure(pub String);
+pub enum Failure {
+    /// A usage error or a reason the command composed.
+    Usage(String),
+    /// Reading stdin or writing stdout failed.
+    Io(io::Error),
+    /// The library failed.
+    Store(lessons::Error),
+}
+
+impl Failure {
+    /// A reader that closed its end of stdout (`lessons export | head -1`): not an error.
+    fn is_closed_pipe(&self) -> bool {
+        match self {
+            Failure::Io(e) => e.kind() == io::ErrorKind::BrokenPipe,
+            Failure::Store(e) => e.io_kind() == Some(io::ErrorKind::BrokenPipe),
+            Failure::Usage(_) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Usage(reason) => f.write_str(reason),
+            Failure::Io(e) => write!(f, "{e}"),
+            Failure::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
 
 impl From<io::Error> for Failure {
     fn from(e: io::Error) -> Self {
-        Failure(e.to_string())
+        Failure::Io(e)
+    }
+}
+
+impl From<lessons::Error> for Failure {
+    fn from(e: lessons::Error) -> Self {
+        Failure::Store(e)
     }
 }
 
@@ -130,12 +165,10 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Found) => ExitCode::from(1),
-        Err(Failure(reason)) => {
-            // A reader that closed the pipe (`lessons gate < big | head`) is not an error.
-            if reason == io::Error::from(io::ErrorKind::BrokenPipe).to_string() {
-                return ExitCode::SUCCESS;
-            }
-            eprintln!("lessons: {reason}");
+        // A reader that closed the pipe (`lessons export | head -1`) is not an error.
+        Err(f) if f.is_closed_pipe() => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("lessons: {f}");
             ExitCode::from(2)
         }
     }
@@ -148,14 +181,26 @@ pub(crate) fn emit(out: &mut impl Write, line: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Prints the `log` facade's records on stderr: the library's own `[store]` lines and fjall's,
-/// which otherwise go nowhere (an ENOSPC that fjall logs must reach the operator).
-/// `LESSONS_LOG` sets the level: `error`, `warn` (the default), `info`, `debug` or `trace`.
-struct StderrLog;
+/// Prints the `log` facade's records on stderr: the library's own lines (`[http] …` request
+/// lines, `[memory] …` and `[store] …` warnings) and fjall's, which otherwise go nowhere (an
+/// ENOSPC that fjall logs must reach the operator). `LESSONS_LOG` sets the level for every
+/// crate: `error`, `warn`, `info`, `debug`, `trace` or `off`; unset, `lessons`' own lines are
+/// shown from `info` and other crates' from `warn`.
+struct StderrLog {
+    /// `None`: the default split between our lines and other crates'.
+    level: Option<log::LevelFilter>,
+}
 
 impl log::Log for StderrLog {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::max_level()
+        let limit = self
+            .level
+            .unwrap_or(if metadata.target().starts_with("lessons") {
+                log::LevelFilter::Info
+            } else {
+                log::LevelFilter::Warn
+            });
+        metadata.level() <= limit
     }
 
     fn log(&self, record: &log::Record<'_>) {
@@ -175,18 +220,18 @@ impl log::Log for StderrLog {
     fn flush(&self) {}
 }
 
-static LOGGER: StderrLog = StderrLog;
-
 fn install_logger() {
     let level = match std::env::var("LESSONS_LOG").as_deref() {
-        Ok("error") => log::LevelFilter::Error,
-        Ok("info") => log::LevelFilter::Info,
-        Ok("debug") => log::LevelFilter::Debug,
-        Ok("trace") => log::LevelFilter::Trace,
-        Ok("off") => log::LevelFilter::Off,
-        _ => log::LevelFilter::Warn,
+        Ok("error") => Some(log::LevelFilter::Error),
+        Ok("warn") => Some(log::LevelFilter::Warn),
+        Ok("info") => Some(log::LevelFilter::Info),
+        Ok("debug") => Some(log::LevelFilter::Debug),
+        Ok("trace") => Some(log::LevelFilter::Trace),
+        Ok("off") => Some(log::LevelFilter::Off),
+        _ => None,
     };
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(level);
+    let max = level.unwrap_or(log::LevelFilter::Info);
+    if log::set_boxed_logger(Box::new(StderrLog { level })).is_ok() {
+        log::set_max_level(max);
     }
 }

@@ -39,7 +39,7 @@ impl RunFlags {
             self.channel.as_deref(),
             self.user.as_deref(),
         )
-        .map_err(Failure)
+        .map_err(Failure::Store)
     }
 }
 
@@ -54,7 +54,7 @@ pub fn context_config(cli: &Cli) -> Result<ContextConfig, Failure> {
     };
     config
         .validate()
-        .map_err(|e| Failure(format!("config: {e}")))?;
+        .map_err(|e| Failure::Usage(format!("config: {e}")))?;
     Ok(config)
 }
 
@@ -100,7 +100,7 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure> {
             kept: ctx.records.len(),
             from_window: ctx.from_window,
         })
-        .map_err(|e| Failure(e.to_string()))?;
+        .map_err(|e| Failure::Usage(e.to_string()))?;
         emit(&mut o, &line)?;
     } else if let Some(block) = &ctx.block {
         emit(&mut o, block)?;
@@ -130,7 +130,7 @@ pub fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
     let config = context_config(cli)?;
     let transcript = match &args.transcript {
         Some(p) => std::fs::read_to_string(p)
-            .map_err(|e| Failure(format!("reading {}: {e}", p.display())))?,
+            .map_err(|e| Failure::Usage(format!("reading {}: {e}", p.display())))?,
         None => format!("{}\n\n{}", args.request, args.answer),
     };
     let handle = open_handle(cli, true)?;
@@ -179,15 +179,15 @@ pub struct ReflectArgs {
 /// The shown handles from `prompt --json` output, or a bare array of `{handle, id}`.
 fn read_shown(path: &PathBuf) -> Result<Vec<Shown>, Failure> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure(format!("reading {}: {e}", path.display())))?;
+        .map_err(|e| Failure::Usage(format!("reading {}: {e}", path.display())))?;
     let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Failure(format!("{}: not JSON: {e}", path.display())))?;
+        .map_err(|e| Failure::Usage(format!("{}: not JSON: {e}", path.display())))?;
     let list = match value {
         serde_json::Value::Object(mut o) => o.remove("shown").unwrap_or(serde_json::Value::Null),
         other => other,
     };
     serde_json::from_value(list).map_err(|e| {
-        Failure(format!(
+        Failure::Usage(format!(
             "{}: needs \"shown\": [{{\"handle\", \"id\"}}] as `lessons prompt --json` prints: {e}",
             path.display()
         ))
@@ -197,12 +197,12 @@ fn read_shown(path: &PathBuf) -> Result<Vec<Shown>, Failure> {
 pub fn reflect_cmd(cli: &Cli, args: &ReflectArgs) -> Result<Outcome, Failure> {
     let run = args.run.scopes()?;
     let origin = Origin::parse(&args.origin)
-        .ok_or_else(|| Failure(format!("unknown origin {:?}", args.origin)))?;
+        .ok_or_else(|| Failure::Usage(format!("unknown origin {:?}", args.origin)))?;
     let shown = read_shown(&args.shown)?;
     let mut reply = String::new();
     io::stdin()
         .read_to_string(&mut reply)
-        .map_err(|e| Failure(format!("reading the reply on stdin: {e}")))?;
+        .map_err(|e| Failure::Usage(format!("reading the reply on stdin: {e}")))?;
     let handle = open_handle(cli, true)?;
     let store = handle.store();
     let outcome = reflect(
@@ -218,7 +218,7 @@ pub fn reflect_cmd(cli: &Cli, args: &ReflectArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = io::stdout().lock();
     if cli.json {
-        let line = serde_json::to_string(&outcome).map_err(|e| Failure(e.to_string()))?;
+        let line = serde_json::to_string(&outcome).map_err(|e| Failure::Usage(e.to_string()))?;
         emit(&mut o, &line)?;
     } else {
         emit(&mut o, &outcome.line())?;

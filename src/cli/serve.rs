@@ -36,7 +36,7 @@ fn env_token(name: &str) -> Result<Option<String>, Failure> {
         return Ok(None);
     };
     if t.trim().chars().count() < MIN_TOKEN_CHARS || t.trim() != t {
-        return Err(Failure(format!(
+        return Err(Failure::Usage(format!(
             "{name} must be at least {MIN_TOKEN_CHARS} characters with no surrounding spaces (try `openssl rand -hex 32`); unset it to run without"
         )));
     }
@@ -45,14 +45,14 @@ fn env_token(name: &str) -> Result<Option<String>, Failure> {
 
 pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     if cli.server.is_some() {
-        return Err(Failure(
+        return Err(Failure::Usage(
             "serve owns a store directory; --server does not apply".into(),
         ));
     }
     let token = env_token("MEMORY_TOKEN")?;
     let read_token = env_token("MEMORY_READ_TOKEN")?;
     if args.max_connections == 0 || args.idle_timeout == 0 {
-        return Err(Failure(
+        return Err(Failure::Usage(
             "--max-connections and --idle-timeout must be at least 1".into(),
         ));
     }
@@ -63,12 +63,12 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     };
     if token.is_none() {
         if !args.insecure_no_auth {
-            return Err(Failure(
+            return Err(Failure::Usage(
                 "set MEMORY_TOKEN (the read-write bearer token), or pass --insecure-no-auth on a loopback address".into(),
             ));
         }
         if !args.addr.ip().is_loopback() {
-            return Err(Failure(format!(
+            return Err(Failure::Usage(format!(
                 "--insecure-no-auth only listens on a loopback address, not {}",
                 args.addr
             )));
@@ -82,8 +82,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     let context = context_config(cli)?;
     let store = Arc::new(open_store(cli, true)?);
     let state = AppState::new(store.clone(), auth, context);
-    let runtime =
-        lessons::server::runtime().map_err(|e| Failure(format!("starting the runtime: {e}")))?;
+    let runtime = lessons::server::runtime()
+        .map_err(|e| Failure::Usage(format!("starting the runtime: {e}")))?;
     let dir = store_dir(cli);
     let served = runtime.block_on(serve(state, args.addr, limits, |addr| {
         eprintln!(
@@ -93,7 +93,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     }));
     // Every request has finished; the last reference to the store is ours.
     drop(runtime);
-    let end = served.map_err(|e| Failure(format!("serving on {}: {e}", args.addr)))?;
+    let end = served.map_err(|e| Failure::Usage(format!("serving on {}: {e}", args.addr)))?;
     let closed = match Arc::try_unwrap(store) {
         Ok(store) => store.close(),
         Err(store) => store.flush(),
@@ -101,7 +101,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     if let ServeEnd::StoreFailed(reason) = end {
         // Exit non-zero so a supervisor (systemd's Restart=on-failure) restarts the server:
         // a reopened store starts from what is on disk, which is every acknowledged write.
-        return Err(Failure(format!(
+        return Err(Failure::Usage(format!(
             "stopped because the store failed at the disk ({reason}); every acknowledged write is on disk — free space or fix the disk, then start again"
         )));
     }

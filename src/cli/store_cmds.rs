@@ -54,25 +54,25 @@ impl ScopeFlags {
         };
         ScopeKey::of(kind, id)
             .map(Some)
-            .map_err(|e| Failure(format!("--{e}")))
+            .map_err(|e| Failure::Usage(format!("--{e}")))
     }
 
     /// The one scope a command works on.
     pub fn one(&self) -> Result<ScopeKey, Failure> {
         let Some(scope) = self.scope.as_deref() else {
-            return Err(Failure(
+            return Err(Failure::Usage(
                 "--scope is required: a key (repo:acme/app) or a kind with its flag (--scope repo --repo acme/app)".into(),
             ));
         };
         match scope {
             "org" | "repo" | "channel" | "user" => self
                 .key_for(scope)?
-                .ok_or_else(|| Failure(format!("--scope {scope} needs --{scope}"))),
-            "all" => Err(Failure("--scope all is only for sweep".into())),
+                .ok_or_else(|| Failure::Usage(format!("--scope {scope} needs --{scope}"))),
+            "all" => Err(Failure::Usage("--scope all is only for sweep".into())),
             key if key.contains(':') => {
-                ScopeKey::parse(key).map_err(|e| Failure(format!("--scope: {e}")))
+                ScopeKey::parse(key).map_err(|e| Failure::Usage(format!("--scope: {e}")))
             }
-            other => Err(Failure(format!(
+            other => Err(Failure::Usage(format!(
                 "--scope {other:?} is neither a scope key (kind:id) nor one of org, repo, channel, user"
             ))),
         }
@@ -119,8 +119,9 @@ impl Config {
             return Ok(Config::default());
         };
         let text = std::fs::read_to_string(path)
-            .map_err(|e| Failure(format!("reading config {}: {e}", path.display())))?;
-        serde_json::from_str(&text).map_err(|e| Failure(format!("config {}: {e}", path.display())))
+            .map_err(|e| Failure::Usage(format!("reading config {}: {e}", path.display())))?;
+        serde_json::from_str(&text)
+            .map_err(|e| Failure::Usage(format!("config {}: {e}", path.display())))
     }
 }
 
@@ -131,7 +132,7 @@ pub fn store_dir(cli: &Cli) -> PathBuf {
 }
 
 pub fn fail(e: lessons::Error) -> Failure {
-    Failure(e.to_string())
+    Failure::Store(e)
 }
 
 /// Opens the store. `create`: a missing directory becomes a new store; otherwise it is an error,
@@ -139,7 +140,7 @@ pub fn fail(e: lessons::Error) -> Failure {
 pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
     let dir = store_dir(cli);
     if !create && !dir.join("records").exists() {
-        return Err(Failure(format!(
+        return Err(Failure::Usage(format!(
             "no store at {} (pass --store DIR or set LESSONS_STORE)",
             dir.display()
         )));
@@ -151,7 +152,7 @@ pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
     }
     if let Some(mib) = config.cache_mib {
         if !(1..=1 << 20).contains(&mib) {
-            return Err(Failure(format!(
+            return Err(Failure::Usage(format!(
                 "config cacheMib must be between 1 and 1048576, not {mib}"
             )));
         }
@@ -161,7 +162,7 @@ pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
         None | Some("sync") => b.durability(Durability::Sync),
         Some("buffered") => b.durability(Durability::Buffered),
         Some(other) => {
-            return Err(Failure(format!(
+            return Err(Failure::Usage(format!(
                 "config durability must be \"sync\" or \"buffered\", not {other:?}"
             )))
         }
@@ -216,7 +217,7 @@ fn read_stdin() -> Result<String, Failure> {
     let mut s = String::new();
     io::stdin()
         .read_to_string(&mut s)
-        .map_err(|e| Failure(format!("reading stdin: {e}")))?;
+        .map_err(|e| Failure::Usage(format!("reading stdin: {e}")))?;
     Ok(s)
 }
 
@@ -241,7 +242,7 @@ fn print_records(cli: &Cli, records: &[Record]) -> Result<(), Failure> {
             records: &'a [Record],
         }
         let line = serde_json::to_string(&Records { records })
-            .map_err(|e| Failure(format!("encoding records: {e}")))?;
+            .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
         emit(&mut o, &line)?;
     } else {
         for r in records {
@@ -273,7 +274,7 @@ fn parse_candidates(text: &str) -> Result<Vec<Candidate>, Failure> {
         Wire { records: Vec<Candidate> },
     }
     let input: Input = serde_json::from_str(text).map_err(|e| {
-        Failure(format!(
+        Failure::Usage(format!(
             "stdin must be a JSON array of candidates (or {{\"records\": [...]}}): {e}"
         ))
     })?;
@@ -379,7 +380,7 @@ pub struct ForgetArgs {
 
 pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
     let Some((scope, _)) = parse_record_id(&args.id) else {
-        return Err(Failure(format!(
+        return Err(Failure::Usage(format!(
             "{:?} is not a record id (mem:<scopeKey>:<seq>)",
             args.id
         )));
@@ -494,20 +495,20 @@ pub struct ImportArgs {
 pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     let reader: Box<dyn BufRead> = match &args.file {
         Some(p) => Box::new(io::BufReader::new(
-            std::fs::File::open(p).map_err(|e| Failure(format!("{}: {e}", p.display())))?,
+            std::fs::File::open(p).map_err(|e| Failure::Usage(format!("{}: {e}", p.display())))?,
         )),
         None => Box::new(io::BufReader::new(io::stdin())),
     };
     let mut records = Vec::new();
     for (n, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| Failure(format!("line {}: {e}", n + 1)))?;
+        let line = line.map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
         if line.trim().is_empty() {
             continue;
         }
         let r: Record = serde_json::from_str(&line)
-            .map_err(|e| Failure(format!("line {}: not a record: {e}", n + 1)))?;
+            .map_err(|e| Failure::Usage(format!("line {}: not a record: {e}", n + 1)))?;
         r.validate()
-            .map_err(|e| Failure(format!("line {}: {e}", n + 1)))?;
+            .map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
         records.push(r);
     }
     let handle = open_handle(cli, true)?;
@@ -551,7 +552,7 @@ pub struct DoctorArgs {
 
 pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
     if cli.server.is_some() {
-        return Err(Failure(
+        return Err(Failure::Usage(
             "doctor checks a store directory; run it on the server's host with --store DIR".into(),
         ));
     }
@@ -568,7 +569,7 @@ pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
     store.close().map_err(fail)?;
     let mut o = out();
     if cli.json {
-        let mut v = serde_json::to_value(&health).map_err(|e| Failure(e.to_string()))?;
+        let mut v = serde_json::to_value(&health).map_err(|e| Failure::Usage(e.to_string()))?;
         v["ok"] = json!(health.is_ok());
         emit(&mut o, &v.to_string())?;
     } else {
@@ -605,7 +606,7 @@ fn salvage(cli: &Cli, to: &Path) -> Result<Outcome, Failure> {
     let report = lessons::store::salvage(&from, to).map_err(fail)?;
     let mut o = out();
     if cli.json {
-        let v = serde_json::to_value(&report).map_err(|e| Failure(e.to_string()))?;
+        let v = serde_json::to_value(&report).map_err(|e| Failure::Usage(e.to_string()))?;
         emit(&mut o, &v.to_string())?;
     } else {
         emit(
@@ -659,7 +660,7 @@ fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
         .and_then(|n| n.parse().ok())
         .filter(|n| (1..=36_500).contains(n))
         .ok_or_else(|| {
-            Failure(format!(
+            Failure::Usage(format!(
                 "--since takes a number of days like 1d or 7d, not {since:?}"
             ))
         })?;
@@ -743,13 +744,17 @@ mod tests {
             scope: Some("user".into()),
             ..ScopeFlags::default()
         };
-        assert!(missing.one().is_err_and(|f| f.0.contains("--user")));
+        assert!(missing
+            .one()
+            .is_err_and(|f| f.to_string().contains("--user")));
         let bad_repo = ScopeFlags {
             scope: Some("repo".into()),
             repo: Some("app".into()),
             ..ScopeFlags::default()
         };
-        assert!(bad_repo.one().is_err_and(|f| f.0.contains("OWNER/NAME")));
+        assert!(bad_repo
+            .one()
+            .is_err_and(|f| f.to_string().contains("OWNER/NAME")));
         let prefixed = ScopeFlags {
             scope: Some("org".into()),
             org: Some("org:acme".into()),

@@ -78,7 +78,7 @@ impl RateLog {
         }
         *last = Some(now);
         let n = self.count.swap(0, Ordering::Relaxed);
-        eprintln!("[http] {} ({n} since the last such line)", self.what);
+        log::warn!("[http] {} ({n} since the last such line)", self.what);
     }
 }
 

@@ -34,8 +34,7 @@ use crate::reflect::reflection_prompt;
 use crate::store::{day_of, format_day, system_clock, MemoryStore, WriteOptions};
 use wire::{Body, POST_ROUTES};
 
-/// The largest body a request may carry.
-pub const MAX_BODY_BYTES: usize = 512 * 1024;
+pub use crate::model::MAX_BODY_BYTES;
 
 /// Who may do what.
 #[derive(Clone, Debug, Default)]
@@ -103,7 +102,7 @@ impl AppState {
     fn fail(&self, reason: &str) {
         let mut f = self.failure.lock();
         if f.is_none() {
-            eprintln!(
+            log::error!(
                 "[store] failed at the disk: {reason}; /healthz now answers 503 and the server shuts down so its supervisor can restart it"
             );
             *f = Some(reason.to_owned());
@@ -232,7 +231,7 @@ async fn handle(state: Arc<AppState>, req: Request) -> Response {
         .metrics
         .lock()
         .observe(route, status, started.elapsed().as_secs_f64());
-    eprintln!(
+    log::info!(
         "[http] {method} {route} {status} {:.1}ms{}",
         started.elapsed().as_secs_f64() * 1000.0,
         log.map(|l| format!(" {l}")).unwrap_or_default()
@@ -353,7 +352,7 @@ async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, Option<Stri
         Ok(Ok((value, log))) => (ok_json(&value), Some(log)),
         Ok(Err(e)) if e.is_invalid() => (error(StatusCode::BAD_REQUEST, e.message()), None),
         Ok(Err(e)) => {
-            eprintln!("[http] {path} failed: {e}");
+            log::error!("[http] {path} failed: {e}");
             if e.kind() == crate::ErrorKind::Storage {
                 state.fail(e.message());
             }
@@ -461,7 +460,7 @@ fn execute(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
         Body::Context { run, brief } => {
             let ctx = build_context(store, &run, &brief, &state.context, system_clock()());
             for w in &ctx.warnings {
-                eprintln!("{w}");
+                log::warn!("{w}");
             }
             let mut answer = json!({"kept": ctx.records.len(), "fromWindow": ctx.from_window});
             if let Some(block) = ctx.block {
@@ -510,7 +509,7 @@ fn execute(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
                 run_id.as_deref(),
             )?;
             let line = outcome.line();
-            eprintln!("{line}");
+            log::info!("{line}");
             (
                 serde_json::to_value(&outcome).map_err(|e| crate::Error::format(e.to_string()))?,
                 run.resource(),
@@ -565,7 +564,7 @@ fn export_response(state: &Arc<AppState>) -> (Response, Option<String>) {
                 Err(e) if e.is_invalid() => {}
                 Err(e) => {
                     // The status is sent already: cut the body so the reader sees it incomplete.
-                    eprintln!("[http] /export failed: {e}");
+                    log::error!("[http] /export failed: {e}");
                     let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
                 }
             }
@@ -732,7 +731,7 @@ pub async fn serve(
                         .await
                 {
                     for line in lines {
-                        eprintln!("{line}");
+                        log::info!("{line}");
                     }
                 }
                 today = now;
@@ -744,7 +743,7 @@ pub async fn serve(
         tokio::select! {
             () = shutdown_signal() => {}
             () = watcher.failed.notified() => {
-                eprintln!("[http] shutting down: the store failed; finishing in-flight requests");
+                log::warn!("[http] shutting down: the store failed; finishing in-flight requests");
             }
         }
     };
@@ -775,7 +774,7 @@ async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-    eprintln!("[http] shutting down: finishing in-flight requests");
+    log::warn!("[http] shutting down: finishing in-flight requests");
 }
 
 /// Store calls at once: a few per core. More blocking threads only oversubscribe the cores (the

@@ -80,8 +80,7 @@ pub const POST_ROUTES: [(&str, bool); 13] = [
     ("/reflect", true),
 ];
 
-/// The most records one `/import` takes.
-pub const MAX_IMPORT: usize = 1000;
+pub use crate::model::MAX_IMPORT;
 
 fn field<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     o.get(name).filter(|v| !v.is_null())
@@ -104,7 +103,7 @@ fn opt_string(o: &Map<String, Value>, name: &str) -> Result<Option<String>, Stri
 }
 
 fn scope(o: &Map<String, Value>) -> Result<ScopeKey, String> {
-    ScopeKey::parse(&string(o, "scopeKey")?)
+    ScopeKey::parse_reason(&string(o, "scopeKey")?)
 }
 
 fn integer(o: &Map<String, Value>, name: &str, lo: u64, hi: u64) -> Result<Option<u64>, String> {
@@ -131,6 +130,7 @@ fn run(o: &Map<String, Value>) -> Result<RunScopes, String> {
     let channel = opt_string(o, "channel")?;
     let user = opt_string(o, "user")?;
     RunScopes::new(&org, repo.as_deref(), channel.as_deref(), user.as_deref())
+        .map_err(|e| e.message().to_owned())
 }
 
 fn array<'a>(o: &'a Map<String, Value>, name: &str) -> Result<&'a Vec<Value>, String> {
@@ -168,7 +168,7 @@ pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
                 .collect::<Result<Vec<_>, _>>()?;
             // Bounds now, so the answer names the field before anything is written.
             for (i, c) in records.iter().enumerate() {
-                c.validate(&scope, i)?;
+                c.validate_reason(&scope, i)?;
             }
             let cap = integer(o, "cap", 1, crate::plan::MAX_CAP as u64)?.map(|c| c as usize);
             // Our extension: a reflection's offered/rejected counts, recorded with the write.

@@ -639,7 +639,7 @@ impl Shared {
             let k = g.key().map_err(st("reading scopes"))?;
             let name =
                 std::str::from_utf8(&k).map_err(|_| Error::format("a scope key is not UTF-8"))?;
-            out.insert(ScopeKey::parse(name).map_err(Error::format)?);
+            out.insert(ScopeKey::parse(name).map_err(|e| Error::format(e.to_string()))?);
         }
         Ok(out)
     }
@@ -1587,25 +1587,20 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
-        for r in records {
-            r.validate().map_err(Error::invalid)?;
-        }
+        let (groups, repeats) = super::group_import(records)?;
         let s = &*self.shared;
-        let mut by_scope: BTreeMap<&ScopeKey, Vec<&Record>> = BTreeMap::new();
-        for r in records {
-            by_scope.entry(&r.scope_key).or_default().push(r);
-        }
-        let mut report = ImportReport::default();
-        for (scope, list) in by_scope {
+        let mut report = ImportReport {
+            skipped: repeats,
+            ..ImportReport::default()
+        };
+        for (scope, list) in groups {
             let lock = s.scope_lock(scope);
             let guard = lock.lock();
             let mut meta = s.scope_meta(scope)?;
             let mut tx = s.tx();
             let mut ops = Vec::new();
-            let mut seen = BTreeSet::new();
-            for r in list {
-                let Some(seq) = r.seq() else { continue };
-                if !seen.insert(seq) || s.load_any(scope, seq)?.is_some() {
+            for (seq, r) in list {
+                if s.load_any(scope, seq)?.is_some() {
                     report.skipped += 1;
                     continue;
                 }

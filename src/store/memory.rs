@@ -15,7 +15,7 @@ use super::{
     validate_write, Clock, DayCounters, DayStats, ImportReport, ListQuery, MemoryStore,
     SweepReceipt, WriteOptions,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{parse_record_id, Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
 use crate::plan::DEFAULT_CAP;
 use crate::rank::{match_tokens, rank, record_tokens};
@@ -299,20 +299,22 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
-        for r in records {
-            r.validate().map_err(Error::invalid)?;
-        }
+        let (groups, repeats) = super::group_import(records)?;
         let mut state = self.state.lock();
-        let mut report = ImportReport::default();
-        for r in records {
-            let Some(seq) = r.seq() else { continue };
-            let list = state.scopes.entry(r.scope_key.clone()).or_default();
-            if list.contains_key(&seq) {
-                report.skipped += 1;
-                continue;
+        let mut report = ImportReport {
+            skipped: repeats,
+            ..ImportReport::default()
+        };
+        for (scope, list) in groups {
+            let held = state.scopes.entry(scope.clone()).or_default();
+            for (seq, r) in list {
+                if held.contains_key(&seq) {
+                    report.skipped += 1;
+                    continue;
+                }
+                held.insert(seq, r.clone());
+                report.imported += 1;
             }
-            list.insert(seq, r.clone());
-            report.imported += 1;
         }
         Ok(report)
     }

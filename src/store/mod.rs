@@ -260,9 +260,31 @@ pub(crate) fn validate_write(
     let valid = candidates
         .iter()
         .enumerate()
-        .map(|(i, c)| c.validate(scope, i).map_err(Error::invalid))
+        .map(|(i, c)| c.validate(scope, i))
         .collect::<Result<Vec<_>>>()?;
     Ok((valid, cap))
+}
+
+/// An import's records checked and grouped: every record valid (or the whole import refused,
+/// naming the first bad one), grouped by scope in id order, a repeated id kept once (the
+/// first). Returns the groups and how many repeats were dropped.
+pub(crate) fn group_import(
+    records: &[Record],
+) -> Result<(BTreeMap<&ScopeKey, BTreeMap<u64, &Record>>, u64)> {
+    let mut groups: BTreeMap<&ScopeKey, BTreeMap<u64, &Record>> = BTreeMap::new();
+    let mut repeats = 0;
+    for (i, r) in records.iter().enumerate() {
+        r.validate()
+            .map_err(|e| Error::invalid(format!("records[{i}]: {e}")))?;
+        let Some(seq) = r.seq() else { continue };
+        match groups.entry(&r.scope_key).or_default().entry(seq) {
+            std::collections::btree_map::Entry::Occupied(_) => repeats += 1,
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(r);
+            }
+        }
+    }
+    Ok((groups, repeats))
 }
 
 pub(crate) fn validate_limit(limit: usize) -> Result<()> {

@@ -414,3 +414,51 @@ fn a_run_scripted_through_context_prompt_and_reflect() {
         "{line}"
     );
 }
+
+#[test]
+fn export_into_a_pipe_closed_after_one_line_exits_zero() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().to_str().expect("utf-8");
+    // Enough records that the export is still writing when the reader goes away (more than a
+    // pipe buffer holds), so the write meets a real EPIPE.
+    let records: Vec<String> = (0..3000)
+        .map(|i| {
+            serde_json::json!({
+                "id": format!("mem:org:acme:{i}"), "scopeKey": "org:acme", "kind": "fact",
+                "text": format!("lesson {i}: {}", "pipe ".repeat(40)), "keywords": ["pipe"],
+                "sourceThreadKey": "t", "createdAt": 1_700_000_000_000i64 + i,
+                "useCount": 0, "status": "active"
+            })
+            .to_string()
+        })
+        .collect();
+    let imported = run(&["--store", store, "import"], &records.join("\n"));
+    assert_eq!(imported.status.code(), Some(0), "{}", stderr(&imported));
+    let mut child = crate::util::lessons()
+        .args(["--store", store, "export"])
+        .env_remove("LESSONS_STORE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("export starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .expect("one line");
+    // The reader (like `head -1`) is dropped here: the pipe closes.
+    assert!(first.contains("mem:org:acme:0"), "{first}");
+    let out = child.wait_with_output().expect("exits");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a closed pipe is not an error: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
