@@ -265,13 +265,14 @@ pub(crate) fn validate_write(
     Ok((valid, cap))
 }
 
+/// An import's records by scope, then by sequence number.
+pub(crate) type ImportGroups<'a> = BTreeMap<&'a ScopeKey, BTreeMap<u64, &'a Record>>;
+
 /// An import's records checked and grouped: every record valid (or the whole import refused,
 /// naming the first bad one), grouped by scope in id order, a repeated id kept once (the
 /// first). Returns the groups and how many repeats were dropped.
-pub(crate) fn group_import(
-    records: &[Record],
-) -> Result<(BTreeMap<&ScopeKey, BTreeMap<u64, &Record>>, u64)> {
-    let mut groups: BTreeMap<&ScopeKey, BTreeMap<u64, &Record>> = BTreeMap::new();
+pub(crate) fn group_import(records: &[Record]) -> Result<(ImportGroups<'_>, u64)> {
+    let mut groups: ImportGroups<'_> = BTreeMap::new();
     let mut repeats = 0;
     for (i, r) in records.iter().enumerate() {
         r.validate()
