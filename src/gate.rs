@@ -7,7 +7,7 @@
 //! - letters match case-insensitively for ASCII only (the Kelvin sign is not `k`);
 //! - a word character is `[A-Za-z0-9_]`, and `\b` sits between a word character and anything else;
 //! - digits are ASCII `0-9`;
-//! - whitespace is JavaScript's set ([`is_js_whitespace`]): U+FEFF is whitespace, U+0085 is not.
+//! - whitespace is JavaScript's set ([`crate::text::is_js_whitespace`]): U+FEFF is whitespace, U+0085 is not.
 //!
 //! Every pattern below is compiled with `(?i-u)` (ASCII-only folding, ASCII `\b`) and spells the
 //! whitespace class out, so the `regex` crate decides exactly what the reference decides. The
@@ -90,23 +90,6 @@ impl std::fmt::Display for Marker {
 
 /// The reference's whitespace set (JavaScript `\s`), as a regex class body.
 const WS: &str = r"\t\n\x0B\x0C\r \u{A0}\u{1680}\u{2000}-\u{200A}\u{2028}\u{2029}\u{202F}\u{205F}\u{3000}\u{FEFF}";
-
-/// Is `c` whitespace in the reference's sense (JavaScript `\s`)?
-///
-/// U+FEFF is whitespace and U+0085 is not — the opposite of Rust's `char::is_whitespace`.
-pub fn is_js_whitespace(c: char) -> bool {
-    matches!(
-        c,
-        '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'
-            ..='\u{200A}'
-                | '\u{2028}'
-                | '\u{2029}'
-                | '\u{202F}'
-                | '\u{205F}'
-                | '\u{3000}'
-                | '\u{FEFF}'
-    )
-}
 
 /// Compiles a pattern written with `{S}` (one whitespace character), `{N}` (one non-whitespace
 /// character) and `{W}` (one word character) under ASCII-only case folding and ASCII `\b`.
@@ -316,9 +299,9 @@ mod tests {
 
     #[test]
     fn js_whitespace_differs_from_rust_where_the_reference_does() {
-        assert!(is_js_whitespace('\u{FEFF}'));
-        assert!(!is_js_whitespace('\u{85}'));
-        assert!(!is_js_whitespace('\u{200B}'));
+        assert!(crate::text::is_js_whitespace('\u{FEFF}'));
+        assert!(!crate::text::is_js_whitespace('\u{85}'));
+        assert!(!crate::text::is_js_whitespace('\u{200B}'));
     }
 
     #[test]

@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use crate::context::{assemble, pool, ContextConfig, RunScopes};
 use crate::model::{Kind, Record, ScopeKey};
 use crate::reflect::{
-    head_utf16, parse_reflection, route, Origin, ReflectionOutcome, Shown, SHOWN_PER_SCOPE,
-    SHOWN_QUERY_UNITS,
+    parse_reflection, route, Origin, ReflectionOutcome, Shown, SHOWN_PER_SCOPE, SHOWN_QUERY_UNITS,
 };
 use crate::store::{ListQuery, MemoryStore, Tally, WriteOptions, MAX_LIMIT, MAX_QUERY_UNITS};
+use crate::text::head_utf16;
 use crate::Result;
 
 /// A run's block and how it was made.

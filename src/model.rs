@@ -563,7 +563,7 @@ impl std::ops::AddAssign for WriteCounts {
 }
 
 fn check_text(text: &str) -> Result<(), String> {
-    if text.chars().all(crate::gate::is_js_whitespace) {
+    if text.chars().all(crate::text::is_js_whitespace) {
         return Err("text must not be empty".into());
     }
     if utf16_len(text) > MAX_TEXT_UNITS {

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::gate::rejection_markers;
 use crate::model::{parse_record_id, Candidate, Record, ScopeKey};
 use crate::redact::redact_secrets;
-use crate::text::utf16_len;
+use crate::text::{floor_char_boundary, tail_utf16, utf16_len};
 
 /// Facts accepted from one reply at most.
 pub const MAX_FACTS: usize = 5;
@@ -111,30 +111,6 @@ Then write one or two impersonal sentences summarizing the run.
 Answer with raw JSON only, no prose and no code fence:
 {"facts":[{"text":"...","keywords":["..."],"confidence":0.8,"audience":"repo","supersedes":"[n]","restates":"[n]"}],"summary":"..."}
 Omit "supersedes" and "restates" when they do not apply. Use confidence between 0 and 1; below 0.6 the fact is dropped. Use at most 10 lowercase keywords. If nothing is worth keeping, answer {"facts":[]}."#;
-
-/// The last `units` UTF-16 units of `text`, never splitting a character.
-pub fn tail_utf16(text: &str, units: usize) -> &str {
-    let mut count = 0;
-    for (i, c) in text.char_indices().rev() {
-        count += c.len_utf16();
-        if count > units {
-            return &text[i + c.len_utf8()..];
-        }
-    }
-    text
-}
-
-/// The first `units` UTF-16 units of `text`, never splitting a character.
-pub fn head_utf16(text: &str, units: usize) -> &str {
-    let mut count = 0;
-    for (i, c) in text.char_indices() {
-        count += c.len_utf16();
-        if count > units {
-            return &text[..i];
-        }
-    }
-    text
-}
 
 /// The extractor's prompt for a run that was shown `shown` and produced `transcript`.
 pub fn reflection_prompt(shown: &[Record], transcript: &str) -> ExtractorPrompt {
@@ -238,17 +214,6 @@ fn find_envelope(reply: &str) -> Result<serde_json::Map<String, Value>, String> 
     })
 }
 
-fn floor_char_boundary(s: &str, max: usize) -> usize {
-    if s.len() <= max {
-        return s.len();
-    }
-    let mut i = max;
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
 /// Resolves a pointer from the reply to a shown record's id: a handle (`[3]`, `3`) or a full id
 /// that is in the shown set. Anything else resolves to nothing.
 fn resolve_pointer(value: Option<&Value>, shown: &[Shown]) -> Option<String> {
@@ -266,7 +231,7 @@ fn resolve_pointer(value: Option<&Value>, shown: &[Shown]) -> Option<String> {
 /// Redacted and trimmed; `None` when nothing but secrets, punctuation and spaces is left.
 fn clean_text(value: Option<&Value>) -> Option<String> {
     let text = redact_secrets(value?.as_str()?);
-    let text = text.trim_matches(crate::gate::is_js_whitespace);
+    let text = text.trim_matches(crate::text::is_js_whitespace);
     let substance = text
         .replace(crate::redact::REDACTED, "")
         .chars()
@@ -799,8 +764,8 @@ mod tests {
     fn utf16_heads_and_tails_never_split_a_character() {
         assert_eq!(tail_utf16("ab\u{1F600}", 2), "\u{1F600}");
         assert_eq!(tail_utf16("ab\u{1F600}", 1), "");
-        assert_eq!(head_utf16("\u{1F600}ab", 1), "");
-        assert_eq!(head_utf16("\u{1F600}ab", 3), "\u{1F600}a");
+        assert_eq!(crate::text::head_utf16("\u{1F600}ab", 1), "");
+        assert_eq!(crate::text::head_utf16("\u{1F600}ab", 3), "\u{1F600}a");
         assert_eq!(tail_utf16("abc", 10), "abc");
     }
 }

@@ -3,11 +3,9 @@
 //! Each function reproduces the reference bot byte for byte (the prompt block and the dedup key
 //! depend on it): lowercasing is full Unicode lowercasing (JavaScript's `toLowerCase`, which
 //! `str::to_lowercase` matches), and whitespace is JavaScript's `\s` set
-//! ([`crate::gate::is_js_whitespace`]), not Rust's.
+//! ([`crate::text::is_js_whitespace`]), not Rust's.
 //!
 //! **Invariant:** every function here is pure and total.
-
-use crate::gate::is_js_whitespace;
 
 /// The keyword tokens of `text`: runs of `[a-z0-9]` after lowercasing, in order, duplicates kept.
 ///
@@ -140,4 +138,57 @@ mod tests {
         // One astral character is two UTF-16 units.
         assert_eq!(utf16_len("\u{1F600}"), 2);
     }
+}
+
+/// Is `c` whitespace in the reference's sense (JavaScript `\s`)?
+///
+/// U+FEFF is whitespace and U+0085 is not — the opposite of Rust's `char::is_whitespace`.
+pub fn is_js_whitespace(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200A}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202F}'
+                | '\u{205F}'
+                | '\u{3000}'
+                | '\u{FEFF}'
+    )
+}
+
+/// The last `units` UTF-16 units of `text`, never splitting a character.
+pub fn tail_utf16(text: &str, units: usize) -> &str {
+    let mut count = 0;
+    for (i, c) in text.char_indices().rev() {
+        count += c.len_utf16();
+        if count > units {
+            return &text[i + c.len_utf8()..];
+        }
+    }
+    text
+}
+
+/// The first `units` UTF-16 units of `text`, never splitting a character.
+pub fn head_utf16(text: &str, units: usize) -> &str {
+    let mut count = 0;
+    for (i, c) in text.char_indices() {
+        count += c.len_utf16();
+        if count > units {
+            return &text[..i];
+        }
+    }
+    text
+}
+
+/// The largest char boundary of `s` at or below byte `max`.
+pub fn floor_char_boundary(s: &str, max: usize) -> usize {
+    if s.len() <= max {
+        return s.len();
+    }
+    let mut i = max;
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
 }
