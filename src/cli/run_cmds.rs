@@ -11,33 +11,27 @@ use lessons::store::system_clock;
 use serde::Serialize;
 use serde_json::json;
 
-use super::store_cmds::{fail, open_handle, Config};
+use super::store_cmds::{fail, open_handle, Config, ScopeIds};
 use super::{emit, Cli, Failure, Outcome};
 
-/// The scopes of a run: ids without their prefixes.
+/// The scopes of a run: ids without their prefixes; `--org` is required.
 #[derive(Debug, Args, Clone)]
 pub struct RunFlags {
-    /// The organization (acme).
-    #[arg(long, value_name = "ORG")]
-    pub org: String,
-    /// The repository (acme/app).
-    #[arg(long, value_name = "OWNER/NAME")]
-    pub repo: Option<String>,
-    /// The channel (slack:C0123).
-    #[arg(long, value_name = "ID")]
-    pub channel: Option<String>,
-    /// The user (slack:U0123).
-    #[arg(long, value_name = "ID")]
-    pub user: Option<String>,
+    #[command(flatten)]
+    pub ids: ScopeIds,
 }
 
 impl RunFlags {
     pub fn scopes(&self) -> Result<RunScopes, Failure> {
+        let ids = &self.ids;
+        let org = ids.org.as_deref().ok_or_else(|| {
+            Failure::Usage("--org is required: a run always has an organization".into())
+        })?;
         RunScopes::new(
-            &self.org,
-            self.repo.as_deref(),
-            self.channel.as_deref(),
-            self.user.as_deref(),
+            org,
+            ids.repo.as_deref(),
+            ids.channel.as_deref(),
+            ids.user.as_deref(),
         )
         .map_err(Failure::Store)
     }

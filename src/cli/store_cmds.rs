@@ -17,11 +17,10 @@ use serde_json::json;
 use super::{emit, Cli, Failure, Outcome};
 
 /// Which scope a command works on: a full key, or a kind completed by its flag.
+/// The four scope ids, without their prefixes: the one definition of these flags, shared by
+/// the store commands ([`ScopeFlags`]) and the per-run commands (`RunFlags`).
 #[derive(Debug, Args, Clone, Default)]
-pub struct ScopeFlags {
-    /// A full scope key (repo:acme/app), or a kind (org, repo, channel, user) completed by its flag.
-    #[arg(long, value_name = "SCOPE")]
-    pub scope: Option<String>,
+pub struct ScopeIds {
     /// The organization, without its prefix (acme).
     #[arg(long, value_name = "ORG")]
     pub org: Option<String>,
@@ -36,8 +35,9 @@ pub struct ScopeFlags {
     pub user: Option<String>,
 }
 
-impl ScopeFlags {
-    fn flag(&self, kind: &str) -> Option<&str> {
+impl ScopeIds {
+    /// The id given for `kind`, if any.
+    pub fn id(&self, kind: &str) -> Option<&str> {
         match kind {
             "org" => self.org.as_deref(),
             "repo" => self.repo.as_deref(),
@@ -46,10 +46,21 @@ impl ScopeFlags {
             _ => None,
         }
     }
+}
 
+#[derive(Debug, Args, Clone, Default)]
+pub struct ScopeFlags {
+    /// A full scope key (repo:acme/app), or a kind (org, repo, channel, user) completed by its flag.
+    #[arg(long, value_name = "SCOPE")]
+    pub scope: Option<String>,
+    #[command(flatten)]
+    pub ids: ScopeIds,
+}
+
+impl ScopeFlags {
     /// The key for `kind` from its flag, if the flag is given.
     pub fn key_for(&self, kind: &str) -> Result<Option<ScopeKey>, Failure> {
-        let Some(id) = self.flag(kind) else {
+        let Some(id) = self.ids.id(kind) else {
             return Ok(None);
         };
         ScopeKey::of(kind, id)
@@ -725,7 +736,10 @@ mod tests {
     fn scope_flags_resolve_keys_and_kinds() {
         let f = ScopeFlags {
             scope: Some("repo".into()),
-            repo: Some("acme/app".into()),
+            ids: ScopeIds {
+                repo: Some("acme/app".into()),
+                ..ScopeIds::default()
+            },
             ..ScopeFlags::default()
         };
         assert_eq!(
@@ -749,7 +763,10 @@ mod tests {
             .is_err_and(|f| f.to_string().contains("--user")));
         let bad_repo = ScopeFlags {
             scope: Some("repo".into()),
-            repo: Some("app".into()),
+            ids: ScopeIds {
+                repo: Some("app".into()),
+                ..ScopeIds::default()
+            },
             ..ScopeFlags::default()
         };
         assert!(bad_repo
@@ -757,7 +774,10 @@ mod tests {
             .is_err_and(|f| f.to_string().contains("OWNER/NAME")));
         let prefixed = ScopeFlags {
             scope: Some("org".into()),
-            org: Some("org:acme".into()),
+            ids: ScopeIds {
+                org: Some("org:acme".into()),
+                ..ScopeIds::default()
+            },
             ..ScopeFlags::default()
         };
         assert_eq!(
