@@ -36,7 +36,7 @@ pub fn reflection(data: &[u8]) {
     ];
     let r = parse_reflection(&reply, &shown);
     assert!(r.facts.len() <= MAX_FACTS);
-    assert!(r.facts.len() as u64 + r.rejected + r.dropped <= r.offered);
+    assert!(r.facts.len() as u64 + r.tally.rejected + r.dropped <= r.tally.offered);
     for f in &r.facts {
         assert!(
             rejection_markers(&f.text).is_empty(),

@@ -16,7 +16,7 @@ use crate::model::{Kind, Record, ScopeKey};
 use crate::reflect::{
     parse_reflection, route, Origin, ReflectionOutcome, Shown, SHOWN_PER_SCOPE, SHOWN_QUERY_UNITS,
 };
-use crate::store::{ListQuery, MemoryStore, Tally, WriteOptions, MAX_LIMIT, MAX_QUERY_UNITS};
+use crate::store::{ListQuery, MemoryStore, WriteOptions, MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::text::head_utf16;
 use crate::Result;
 
@@ -148,9 +148,7 @@ pub fn reflect(
 ) -> Result<ReflectionOutcome> {
     let reflection = parse_reflection(reply, shown);
     let mut outcome = ReflectionOutcome {
-        offered: reflection.offered,
-        rejected: reflection.rejected,
-        rejected_by: reflection.rejected_by.clone(),
+        tally: reflection.tally.clone(),
         error: reflection.error.clone(),
         ..ReflectionOutcome::default()
     };
@@ -159,11 +157,7 @@ pub fn reflect(
     }
     let routed = route(&reflection, run, origin, thread, run_id);
     let home = run.repo.clone().unwrap_or_else(|| run.org.clone());
-    let mut tally = Some(Tally {
-        offered: reflection.offered,
-        rejected: reflection.rejected,
-        rejected_by: reflection.rejected_by.clone(),
-    });
+    let mut tally = Some(reflection.tally.clone());
     let mut writes: BTreeMap<ScopeKey, Vec<crate::Candidate>> = routed.facts;
     if tally.as_ref().is_some_and(|t| t.offered > 0) {
         writes.entry(home.clone()).or_default();

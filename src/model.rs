@@ -7,6 +7,7 @@
 //! below; the store never re-checks them.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
@@ -619,6 +620,30 @@ fn check_provenance(p: &serde_json::Value, scope: &ScopeKey) -> Result<(), Strin
         None => Ok(()),
         Some(serde_json::Value::String(s)) if s == scope.as_str() => Ok(()),
         Some(_) => Err("provenance.scopeKey must equal the record's scopeKey".into()),
+    }
+}
+
+/// What the gate did with an extractor's facts: the one definition of these three counts, in a
+/// reflection, its outcome, a write's options and a day's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Tally {
+    /// Facts the extractor offered.
+    pub offered: u64,
+    /// Facts the gate rejected.
+    pub rejected: u64,
+    /// Rejections by marker name (a fact with two markers counts under both).
+    pub rejected_by: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// Adds `other`.
+    pub fn add(&mut self, other: &Tally) {
+        self.offered += other.offered;
+        self.rejected += other.rejected;
+        for (marker, n) in &other.rejected_by {
+            *self.rejected_by.entry(marker.clone()).or_default() += n;
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::gate::rejection_markers;
+use crate::model::Tally;
 use crate::model::{parse_record_id, Candidate, Record, ScopeKey};
 use crate::redact::redact_secrets;
 use crate::text::{floor_char_boundary, tail_utf16, utf16_len};
@@ -176,12 +177,8 @@ pub struct Reflection {
     pub facts: Vec<ExtractedFact>,
     /// The summary, if the reply had a non-empty one.
     pub summary: Option<ExtractedSummary>,
-    /// Facts in the reply.
-    pub offered: u64,
-    /// Facts the gate rejected.
-    pub rejected: u64,
-    /// Rejections by marker name (a fact with two markers counts under both).
-    pub rejected_by: BTreeMap<String, u64>,
+    /// Facts in the reply (`offered`) and what the gate rejected of them.
+    pub tally: Tally,
     /// Facts dropped for being empty, unsure (confidence below 0.6) or malformed.
     pub dropped: u64,
     /// Why nothing was read from the reply, when nothing was.
@@ -253,7 +250,7 @@ pub fn parse_reflection(reply: &str, shown: &[Shown]) -> Reflection {
         out.error = Some("\"facts\" must be an array".to_owned());
         return out;
     };
-    out.offered = facts.len() as u64;
+    out.tally.offered = facts.len() as u64;
     for fact in facts {
         if out.facts.len() >= MAX_FACTS {
             break;
@@ -301,9 +298,12 @@ pub fn parse_reflection(reply: &str, shown: &[Shown]) -> Reflection {
             .map_or(Audience::Org, Audience::parse);
         let markers = rejection_markers(&text);
         if !markers.is_empty() {
-            out.rejected += 1;
+            out.tally.rejected += 1;
             for m in markers {
-                *out.rejected_by.entry(m.name().to_owned()).or_default() += 1;
+                *out.tally
+                    .rejected_by
+                    .entry(m.name().to_owned())
+                    .or_default() += 1;
             }
             continue;
         }
@@ -474,12 +474,10 @@ pub fn route(
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReflectionOutcome {
-    /// Facts the extractor offered.
-    pub offered: u64,
-    /// Facts the gate rejected.
-    pub rejected: u64,
-    /// Rejections by marker.
-    pub rejected_by: BTreeMap<String, u64>,
+    /// Facts the extractor offered and what the gate rejected (flat in JSON: `offered`,
+    /// `rejected`, `rejectedBy`).
+    #[serde(flatten)]
+    pub tally: Tally,
     /// Facts that restated a record.
     pub restated: u64,
     /// Facts inserted.
@@ -499,12 +497,17 @@ impl ReflectionOutcome {
         if let Some(why) = &self.error {
             return format!("[memory] reflection output rejected ({why}); nothing written");
         }
-        if self.offered == 0 && self.summary == 0 {
+        if self.tally.offered == 0 && self.summary == 0 {
             return "[memory] reflection: nothing to write".to_owned();
         }
         format!(
             "[memory] offered {}, rejected {}, restated {}, inserted {}, deduped {}, summary {}",
-            self.offered, self.rejected, self.restated, self.inserted, self.deduped, self.summary
+            self.tally.offered,
+            self.tally.rejected,
+            self.restated,
+            self.inserted,
+            self.deduped,
+            self.summary
         )
     }
 }
@@ -569,15 +572,16 @@ mod tests {
             r.facts.iter().map(|f| f.text.as_str()).collect::<Vec<_>>(),
             ["d", "e"]
         );
-        assert_eq!((r.offered, r.dropped, r.rejected), (5, 3, 0));
+        assert_eq!((r.tally.offered, r.dropped, r.tally.rejected), (5, 3, 0));
     }
 
     #[test]
     fn markers_reject_and_are_counted_by_name() {
         let reply = r#"{"facts":[{"text":"pull request 1835 pushed at sha 3f9a2c1 with 10,512 tests passing"},{"text":"the cache was added"},{"text":"npm ci fixes it"}]}"#;
         let r = parse_reflection(reply, &[]);
-        assert_eq!((r.offered, r.rejected), (3, 2));
+        assert_eq!((r.tally.offered, r.tally.rejected), (3, 2));
         let by: Vec<(&str, u64)> = r
+            .tally
             .rejected_by
             .iter()
             .map(|(k, v)| (k.as_str(), *v))
@@ -595,7 +599,7 @@ mod tests {
             .map(|i| format!(r#"{{"text":"lesson {i}"}}"#))
             .collect();
         let r = parse_reflection(&format!(r#"{{"facts":[{}]}}"#, facts.join(",")), &[]);
-        assert_eq!((r.offered, r.facts.len()), (8, 5));
+        assert_eq!((r.tally.offered, r.facts.len()), (8, 5));
     }
 
     #[test]
@@ -734,8 +738,11 @@ mod tests {
     #[test]
     fn outcome_lines_carry_counts_only() {
         let o = ReflectionOutcome {
-            offered: 4,
-            rejected: 1,
+            tally: Tally {
+                offered: 4,
+                rejected: 1,
+                ..Tally::default()
+            },
             restated: 1,
             inserted: 2,
             deduped: 0,

@@ -680,32 +680,7 @@ fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
 
 /// One day of one scope as a person reads it.
 pub fn human_day(d: &DayStats) -> String {
-    let c = &d.counters;
-    let rejected = if c.rejected_by.is_empty() {
-        String::new()
-    } else {
-        let by: Vec<String> = c
-            .rejected_by
-            .iter()
-            .map(|(m, n)| format!("{m} {n}"))
-            .collect();
-        format!(" ({})", by.join(", "))
-    };
-    format!(
-        "{} {}: offered {}, rejected {}{rejected}, restated {}, inserted {}, deduped {}, superseded {}, evicted {}, swept {}, forgotten {}, summaries {}",
-        d.day,
-        d.scope_key,
-        c.offered,
-        c.rejected,
-        c.restated,
-        c.inserted,
-        c.deduped,
-        c.superseded,
-        c.evicted,
-        c.swept,
-        c.forgotten,
-        c.summaries
-    )
+    format!("{} {}: {}", d.day, d.scope_key, d.counters.line(true))
 }
 
 pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {

@@ -659,18 +659,7 @@ async fn metrics_response(state: &Arc<AppState>) -> Response {
         out.push_str("# HELP lessons_memory_total What the store did, per scope, since it was created.\n# TYPE lessons_memory_total counter\n");
         for (scope, c) in totals {
             let scope = scope.replace('\\', "\\\\").replace('"', "\\\"");
-            for (name, n) in [
-                ("offered", c.offered),
-                ("rejected", c.rejected),
-                ("restated", c.restated),
-                ("inserted", c.inserted),
-                ("deduped", c.deduped),
-                ("superseded", c.superseded),
-                ("evicted", c.evicted),
-                ("swept", c.swept),
-                ("forgotten", c.forgotten),
-                ("summaries", c.summaries),
-            ] {
+            for (name, n) in c.events() {
                 out.push_str(&format!(
                     "lessons_memory_total{{scope=\"{scope}\",event=\"{name}\"}} {n}\n"
                 ));
@@ -697,10 +686,11 @@ pub fn rollup_lines(store: &dyn MemoryStore, day: i64) -> crate::Result<Vec<Stri
         .into_iter()
         .filter(|d| d.day == format_day(day))
         .map(|d| {
-            let c = &d.counters;
             format!(
-                "[memory] day {} {}: offered {}, rejected {}, restated {}, inserted {}, deduped {}, superseded {}, evicted {}, swept {}, forgotten {}, summaries {}",
-                d.day, d.scope_key, c.offered, c.rejected, c.restated, c.inserted, c.deduped, c.superseded, c.evicted, c.swept, c.forgotten, c.summaries
+                "[memory] day {} {}: {}",
+                d.day,
+                d.scope_key,
+                d.counters.line(false)
             )
         })
         .collect())

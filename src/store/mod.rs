@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::model::Tally;
 pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFAULT_CACHE_BYTES};
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
@@ -47,18 +48,6 @@ pub fn system_clock() -> Clock {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64)
     })
-}
-
-/// What a reflection adds to a write's day counters beyond what the store decides itself.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Tally {
-    /// Facts the extractor offered.
-    pub offered: u64,
-    /// Facts the gate rejected.
-    pub rejected: u64,
-    /// Rejections by marker name (a fact with two markers counts under both).
-    pub rejected_by: BTreeMap<String, u64>,
 }
 
 /// Options of one write.
@@ -148,6 +137,66 @@ pub struct DayCounters {
 }
 
 impl DayCounters {
+    /// The counters as (name, value), in the order every rendering shows them (the day line,
+    /// `lessons stats`, `/metrics`); `rejected_by` is the detail of `rejected`.
+    pub fn events(&self) -> [(&'static str, u64); 10] {
+        [
+            ("offered", self.offered),
+            ("rejected", self.rejected),
+            ("restated", self.restated),
+            ("inserted", self.inserted),
+            ("deduped", self.deduped),
+            ("superseded", self.superseded),
+            ("evicted", self.evicted),
+            ("swept", self.swept),
+            ("forgotten", self.forgotten),
+            ("summaries", self.summaries),
+        ]
+    }
+
+    fn events_mut(&mut self) -> [&mut u64; 10] {
+        [
+            &mut self.offered,
+            &mut self.rejected,
+            &mut self.restated,
+            &mut self.inserted,
+            &mut self.deduped,
+            &mut self.superseded,
+            &mut self.evicted,
+            &mut self.swept,
+            &mut self.forgotten,
+            &mut self.summaries,
+        ]
+    }
+
+    /// Adds a reflection's gate counts.
+    pub fn add_tally(&mut self, t: &Tally) {
+        self.offered += t.offered;
+        self.rejected += t.rejected;
+        for (marker, n) in &t.rejected_by {
+            *self.rejected_by.entry(marker.clone()).or_default() += n;
+        }
+    }
+
+    /// `name n, name n, …` for every event; `rejected_detail` adds the markers after
+    /// `rejected` (`rejected 2 (sha 1, count 1)`).
+    pub fn line(&self, rejected_detail: bool) -> String {
+        let mut parts = Vec::with_capacity(10);
+        for (name, n) in self.events() {
+            if name == "rejected" && rejected_detail && !self.rejected_by.is_empty() {
+                let by: Vec<String> = self
+                    .rejected_by
+                    .iter()
+                    .map(|(m, n)| format!("{m} {n}"))
+                    .collect();
+                parts.push(format!("{name} {n} ({})", by.join(", ")));
+            } else {
+                parts.push(format!("{name} {n}"));
+            }
+        }
+        parts.join(", ")
+    }
+
     /// Adds what one write did.
     pub fn add_write(&mut self, counts: &WriteCounts, summaries: u64, tally: Option<&Tally>) {
         self.restated += counts.restated;
@@ -158,29 +207,18 @@ impl DayCounters {
         self.evicted += counts.evicted;
         self.summaries += summaries;
         if let Some(t) = tally {
-            self.offered += t.offered;
-            self.rejected += t.rejected;
-            for (marker, n) in &t.rejected_by {
-                *self.rejected_by.entry(marker.clone()).or_default() += n;
-            }
+            self.add_tally(t);
         }
     }
 
     /// Adds another day's counters.
     pub fn merge(&mut self, o: &DayCounters) {
-        self.offered += o.offered;
-        self.rejected += o.rejected;
+        for (mine, (_, theirs)) in self.events_mut().into_iter().zip(o.events()) {
+            *mine += theirs;
+        }
         for (marker, n) in &o.rejected_by {
             *self.rejected_by.entry(marker.clone()).or_default() += n;
         }
-        self.restated += o.restated;
-        self.inserted += o.inserted;
-        self.deduped += o.deduped;
-        self.superseded += o.superseded;
-        self.evicted += o.evicted;
-        self.swept += o.swept;
-        self.forgotten += o.forgotten;
-        self.summaries += o.summaries;
     }
 }
 
