@@ -715,7 +715,6 @@ mod tests {
                 repo: Some("acme/app".into()),
                 ..ScopeIds::default()
             },
-            ..ScopeFlags::default()
         };
         assert_eq!(
             f.one().map(|s| s.to_string()).ok().as_deref(),
@@ -742,7 +741,6 @@ mod tests {
                 repo: Some("app".into()),
                 ..ScopeIds::default()
             },
-            ..ScopeFlags::default()
         };
         assert!(bad_repo
             .one()
@@ -753,7 +751,6 @@ mod tests {
                 org: Some("org:acme".into()),
                 ..ScopeIds::default()
             },
-            ..ScopeFlags::default()
         };
         assert_eq!(
             prefixed.one().map(|s| s.to_string()).ok().as_deref(),
