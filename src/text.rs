@@ -109,37 +109,6 @@ fn collapse_whitespace(text: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokenizer_keeps_duplicates_and_drops_non_ascii_digits() {
-        assert_eq!(tokenize("a A \u{FF11}b b"), ["a", "a", "b", "b"]);
-        assert!(tokenize("— … ").is_empty());
-    }
-
-    #[test]
-    fn kelvin_sign_lowercases_into_a_token() {
-        assert_eq!(tokenize("\u{212A}ey"), ["key"]);
-    }
-
-    #[test]
-    fn u0085_is_not_whitespace_but_is_a_control() {
-        assert_eq!(normalize("a\u{85}b"), "a\u{85}b");
-        assert_eq!(sanitize("a\u{85}b"), "a b");
-    }
-
-    #[test]
-    fn estimate_counts_utf16_units() {
-        assert_eq!(estimate_tokens(""), 0);
-        assert_eq!(estimate_tokens("abcd"), 1);
-        assert_eq!(estimate_tokens("abcde"), 2);
-        // One astral character is two UTF-16 units.
-        assert_eq!(utf16_len("\u{1F600}"), 2);
-    }
-}
-
 /// Is `c` whitespace in the reference's sense (JavaScript `\s`)?
 ///
 /// U+FEFF is whitespace and U+0085 is not — the opposite of Rust's `char::is_whitespace`.
@@ -191,4 +160,35 @@ pub fn floor_char_boundary(s: &str, max: usize) -> usize {
         i -= 1;
     }
     i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_keeps_duplicates_and_drops_non_ascii_digits() {
+        assert_eq!(tokenize("a A \u{FF11}b b"), ["a", "a", "b", "b"]);
+        assert!(tokenize("— … ").is_empty());
+    }
+
+    #[test]
+    fn kelvin_sign_lowercases_into_a_token() {
+        assert_eq!(tokenize("\u{212A}ey"), ["key"]);
+    }
+
+    #[test]
+    fn u0085_is_not_whitespace_but_is_a_control() {
+        assert_eq!(normalize("a\u{85}b"), "a\u{85}b");
+        assert_eq!(sanitize("a\u{85}b"), "a b");
+    }
+
+    #[test]
+    fn estimate_counts_utf16_units() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        // One astral character is two UTF-16 units.
+        assert_eq!(utf16_len("\u{1F600}"), 2);
+    }
 }
