@@ -1,0 +1,88 @@
+//! Configuring and opening an `EmbeddedStore`: cap, durability, clock, index commits, cache.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::super::Clock;
+use super::EmbeddedStore;
+use crate::error::Result;
+use crate::plan::DEFAULT_CAP;
+
+/// When a write is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// After the batch is fsynced: survives power loss. The default.
+    #[default]
+    Sync,
+    /// After the batch is in the OS page cache: survives a crash of this process, not a power
+    /// loss; several times faster.
+    Buffered,
+}
+
+/// Configures and opens an [`EmbeddedStore`]. The directory goes to the last call.
+#[derive(Clone)]
+pub struct EmbeddedStoreBuilder {
+    pub(super) cap: usize,
+    pub(super) durability: Durability,
+    pub(super) clock: Option<Clock>,
+    pub(super) commit_every: usize,
+    pub(super) commit_interval: Duration,
+    pub(super) cache_bytes: u64,
+}
+
+/// The default block cache: enough for the hot windows of a few hundred scopes.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+impl Default for EmbeddedStoreBuilder {
+    fn default() -> Self {
+        EmbeddedStoreBuilder {
+            cap: DEFAULT_CAP,
+            durability: Durability::Sync,
+            clock: None,
+            commit_every: 1024,
+            commit_interval: Duration::from_secs(1),
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+impl EmbeddedStoreBuilder {
+    /// The default cap of active records per scope (1–10000; default 500).
+    pub fn cap(mut self, cap: usize) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// When writes are acknowledged (default: after fsync).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Where the store reads the time (default: the wall clock).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Commit the keyword index after this many operations (default 1024) or this often
+    /// (default 1 s), whichever comes first. Each commit fsyncs several files; rarer commits keep
+    /// that IO away from the writes' own fsyncs. Uncommitted writes are still retrievable.
+    pub fn index_commit(mut self, every: usize, interval: Duration) -> Self {
+        self.commit_every = every.max(1);
+        self.commit_interval = interval;
+        self
+    }
+
+    /// The records' block cache in bytes (default 64 MiB). Reads stay as fast at 500,000
+    /// records as at 2,500 while the blocks they touch fit in it.
+    pub fn cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(self, dir: impl AsRef<Path>) -> Result<EmbeddedStore> {
+        EmbeddedStore::open_with(self, dir.as_ref())
+    }
+}

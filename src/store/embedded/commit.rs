@@ -1,0 +1,141 @@
+//! Group commit: a write's batch goes to the journal, then one fsync covers every batch
+//! appended before it; and the outbox entry that ties a write to its index changes.
+
+use fjall::{OwnedWriteBatch, PersistMode};
+
+use super::super::codec::{self};
+use super::indexer::PendingDoc;
+use super::records::LruKey;
+use super::{st, Shared};
+use crate::error::Result;
+use crate::index::IndexOp;
+use crate::model::ScopeKey;
+
+/// One scope's batch being built, with the eviction-order edits to apply once it commits.
+pub(super) struct Tx {
+    pub(super) batch: OwnedWriteBatch,
+    pub(super) lru: Vec<(Option<LruKey>, Option<LruKey>)>,
+}
+
+/// A journal position to wait on for durability (`None`: the store does not fsync writes).
+#[must_use]
+pub(super) struct Ticket(Option<u64>);
+
+/// Group commit: writers append their batch to the journal, then one fsync covers every batch
+/// appended before it started.
+#[derive(Default)]
+pub(super) struct SyncState {
+    /// Batches appended (a ticket each).
+    appended: u64,
+    /// Every ticket at or below this is on disk.
+    synced: u64,
+    /// A writer is running the fsync now.
+    syncing: bool,
+}
+
+impl Shared {
+    pub(super) fn tx(&self) -> Tx {
+        Tx {
+            batch: self.db.batch(),
+            lru: Vec::new(),
+        }
+    }
+
+    /// Appends `batch` to the journal (visible to readers at once) and returns the ticket to
+    /// wait on before acknowledging it.
+    pub(super) fn append(&self, batch: OwnedWriteBatch) -> Result<Ticket> {
+        batch.commit().map_err(st("committing a write"))?;
+        if !self.sync_writes {
+            return Ok(Ticket(None));
+        }
+        let mut state = self.sync.lock();
+        state.appended += 1;
+        Ok(Ticket(Some(state.appended)))
+    }
+
+    /// Returns once the batch of `ticket` is fsynced. Concurrent writers share fsyncs: the one
+    /// that finds no fsync running runs one for every batch appended so far; the others wait for
+    /// it (and run the next one if theirs came too late). Callers wait after releasing their
+    /// scope's lock, so the next write to the scope plans while this one syncs.
+    pub(super) fn wait_durable(&self, ticket: Ticket) -> Result<()> {
+        let Ticket(Some(ticket)) = ticket else {
+            return Ok(());
+        };
+        let mut state = self.sync.lock();
+        loop {
+            if state.synced >= ticket {
+                return Ok(());
+            }
+            if state.syncing {
+                self.synced.wait(&mut state);
+                continue;
+            }
+            state.syncing = true;
+            let target = state.appended;
+            drop(state);
+            let result = self.db.persist(PersistMode::SyncData);
+            state = self.sync.lock();
+            state.syncing = false;
+            if result.is_ok() {
+                state.synced = state.synced.max(target);
+            }
+            self.synced.notify_all();
+            result.map_err(st("syncing the journal"))?;
+        }
+    }
+
+    pub(super) fn allocate_op(&self) -> u64 {
+        let mut ops = self.ops.lock();
+        let op = ops.next;
+        ops.next += 1;
+        ops.in_flight.insert(op);
+        op
+    }
+
+    /// Commits `batch` (durably) with an outbox entry naming the records of `ops_for_index`
+    /// (when any), stages those index changes, and registers them as pending.
+    pub(super) fn commit_with_outbox(
+        &self,
+        scope: &ScopeKey,
+        tx: Tx,
+        ops_for_index: Vec<IndexOp>,
+    ) -> Result<Ticket> {
+        let Tx { mut batch, lru } = tx;
+        if ops_for_index.is_empty() {
+            let ticket = self.append(batch)?;
+            self.apply_lru(scope, lru);
+            return Ok(ticket);
+        }
+        let op = self.allocate_op();
+        let ids: Vec<&str> = ops_for_index.iter().map(IndexOp::id).collect();
+        let result = codec::encode(&ids).and_then(|v| {
+            batch.insert(&self.ks.outbox, op.to_be_bytes(), v);
+            self.append(batch)
+        });
+        let ticket = match result {
+            Ok(t) => t,
+            Err(e) => {
+                self.ops.lock().in_flight.remove(&op);
+                return Err(e);
+            }
+        };
+        self.apply_lru(scope, lru);
+        // The writer never touches tantivy: the indexer thread stages and commits, so a write
+        // never waits behind an index commit. Until then `pending` answers for it.
+        let docs: Vec<PendingDoc> = ops_for_index
+            .iter()
+            .filter_map(PendingDoc::from_op)
+            .collect();
+        let wake = {
+            let mut ops = self.ops.lock();
+            ops.in_flight.remove(&op);
+            ops.queue.extend(ops_for_index);
+            ops.pending.insert(op, docs);
+            ops.pending.len() >= self.commit_every
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(ticket)
+    }
+}

@@ -1,0 +1,199 @@
+//! The derived keyword index: the in-memory queue of staged operations, the indexer thread
+//! that commits them in groups, and recovery (outbox replay, rebuild) at open.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+
+use fjall::Readable;
+
+use super::super::codec::{self, ScopeMeta};
+use super::{st, Shared};
+use crate::error::{Error, Result};
+use crate::index::IndexOp;
+use crate::model::{parse_record_id, ScopeKey};
+use crate::rank::record_tokens;
+
+/// Index operations between their outbox entry and the tantivy commit that covers them.
+#[derive(Default)]
+pub(super) struct Ops {
+    /// The next operation number.
+    pub(super) next: u64,
+    /// Allocated but not yet staged: the watermark must stay below the smallest.
+    pub(super) in_flight: BTreeSet<u64>,
+    /// Durable, not yet in a committed index: operation → the records it made active, with
+    /// their tokens, so `retrieve` can match them without reading them.
+    pub(super) pending: BTreeMap<u64, Vec<PendingDoc>>,
+    /// Index changes of pending operations not yet handed to the index writer.
+    pub(super) queue: Vec<IndexOp>,
+}
+
+/// A record whose index document is staged but not committed.
+pub(super) struct PendingDoc {
+    pub(super) scope: ScopeKey,
+    pub(super) seq: u64,
+    /// The record's distinct tokens (text and keywords), sorted.
+    pub(super) tokens: Vec<String>,
+}
+
+impl PendingDoc {
+    pub(super) fn from_op(op: &IndexOp) -> Option<PendingDoc> {
+        let IndexOp::Upsert {
+            id, text, keywords, ..
+        } = op
+        else {
+            return None;
+        };
+        let (scope, seq) = parse_record_id(id)?;
+        let mut tokens: Vec<String> = record_tokens(text, keywords).into_iter().collect();
+        tokens.sort_unstable();
+        Some(PendingDoc { scope, seq, tokens })
+    }
+
+    pub(super) fn matches(&self, wanted: &[String]) -> bool {
+        wanted.iter().any(|w| self.tokens.binary_search(w).is_ok())
+    }
+}
+
+impl Shared {
+    pub(super) fn watermark(ops: &Ops) -> u64 {
+        match ops.in_flight.first() {
+            Some(&first) => first.saturating_sub(1),
+            None => ops.next.saturating_sub(1),
+        }
+    }
+
+    pub(super) fn run_indexer(&self) {
+        loop {
+            {
+                // `stop` is set under this lock, so the check and the wait cannot miss it.
+                let mut ops = self.ops.lock();
+                if !self.stop.load(Ordering::SeqCst) && ops.pending.len() < self.commit_every {
+                    self.wake.wait_for(&mut ops, self.commit_interval);
+                }
+            }
+            if self.commit_index().is_err() {
+                self.index_degraded.store(true, Ordering::SeqCst);
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    /// Commits everything staged, then trims the outbox up to the watermark.
+    pub(super) fn commit_index(&self) -> Result<()> {
+        // One committer at a time (the indexer thread, or a flush).
+        let _committing = self.committing.lock();
+        let (watermark, covered, queue) = {
+            let mut ops = self.ops.lock();
+            if ops.pending.is_empty() {
+                return Ok(());
+            }
+            // Everything at or below the watermark has left `in_flight`, so its changes are in
+            // this queue or were staged by an earlier round.
+            let w = Self::watermark(&ops);
+            let covered = ops
+                .pending
+                .range(..=w)
+                .map(|(op, _)| *op)
+                .collect::<Vec<_>>();
+            (w, covered, std::mem::take(&mut ops.queue))
+        };
+        if let Err(e) = self.index.stage(&queue) {
+            // Nothing is lost: the outbox keeps these operations for the next open.
+            self.index_degraded.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+        self.index.commit(watermark)?;
+        let mut batch = self.db.batch();
+        for op in &covered {
+            batch.remove(&self.ks.outbox, op.to_be_bytes());
+        }
+        batch.commit().map_err(st("trimming the index outbox"))?;
+        let mut ops = self.ops.lock();
+        for op in covered {
+            ops.pending.remove(&op);
+        }
+        Ok(())
+    }
+
+    // ---- recovery and doctor ----
+
+    pub(super) fn recover(&self, watermark: Option<u64>) -> Result<()> {
+        let mut entries: Vec<(u64, Vec<String>)> = Vec::new();
+        for g in self.ks.outbox.iter() {
+            let (k, v) = g.into_inner().map_err(st("reading the index outbox"))?;
+            let op = codec::trailing_seq(&k)
+                .ok_or_else(|| Error::format("an outbox key is not 8 bytes"))?;
+            entries.push((op, codec::decode(&v, "an outbox entry")?));
+        }
+        let last = entries.last().map(|(op, _)| *op);
+        let top = last.unwrap_or(0).max(watermark.unwrap_or(0));
+        self.ops.lock().next = top + 1;
+        match watermark {
+            None => self.rebuild_index_at(top)?,
+            Some(w) => {
+                let mut replay = Vec::new();
+                for (op, ids) in &entries {
+                    if *op > w {
+                        for id in ids {
+                            replay.push(self.current_op(id)?);
+                        }
+                    }
+                }
+                if !replay.is_empty() {
+                    self.index.stage(&replay)?;
+                }
+                if !replay.is_empty() || last.is_some() {
+                    self.index.commit(top)?;
+                }
+                let mut batch = self.db.batch();
+                for (op, _) in &entries {
+                    batch.remove(&self.ks.outbox, op.to_be_bytes());
+                }
+                batch.commit().map_err(st("trimming the index outbox"))?;
+                if self.index.num_docs() != self.active_total()? {
+                    self.rebuild_index_at(top)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The index operation that brings `id`'s document up to date with fjall.
+    pub(super) fn current_op(&self, id: &str) -> Result<IndexOp> {
+        let active = match parse_record_id(id) {
+            Some((scope, seq)) => self.load_active(&scope, seq)?,
+            None => None,
+        };
+        Ok(match active {
+            Some(r) => Self::upsert_op(&r),
+            None => IndexOp::Delete { id: id.to_owned() },
+        })
+    }
+
+    pub(super) fn active_total(&self) -> Result<u64> {
+        let mut total = 0;
+        for g in self.ks.scopes.iter() {
+            let v = g.value().map_err(st("reading scopes"))?;
+            total += codec::decode::<ScopeMeta>(&v, "a scope's bookkeeping")?.active;
+        }
+        Ok(total)
+    }
+
+    pub(super) fn rebuild_index(&self) -> Result<()> {
+        // Hold every pending operation back: the rebuild reads the records as they are now.
+        self.commit_index()?;
+        let top = Self::watermark(&self.ops.lock());
+        self.rebuild_index_at(top)
+    }
+
+    pub(super) fn rebuild_index_at(&self, watermark: u64) -> Result<()> {
+        let snapshot = self.db.snapshot();
+        let docs = snapshot.iter(&self.ks.active).map(|g| {
+            let v = g.value().map_err(st("reading records"))?;
+            codec::decode_record(&v, None).map(|r| Self::upsert_op(&r))
+        });
+        self.index.rebuild(docs, watermark)
+    }
+}

@@ -1,0 +1,300 @@
+//! `EmbeddedStore`: records in fjall, keyword search in tantivy, one atomic batch per write.
+//!
+//! Write path (per scope, under that scope's lock): read the scope's bookkeeping, read what the
+//! planner needs (point lookups, never a scan), plan, then apply everything — inserts, bumps,
+//! flips, evictions, the scope's bookkeeping, the day's counters and one outbox entry — as one
+//! fjall batch, fsynced unless the store was opened [`Durability::Buffered`]. Only then are the
+//! index changes staged in tantivy's writer and the write acknowledged.
+//!
+//! Index consistency: the outbox entry names every record whose index document the write
+//! changes. Writers only queue the index changes in memory; the indexer thread stages them into
+//! tantivy and commits in groups (every 1,024 operations or 1 s) with the highest operation it
+//! covers as the commit's payload (the watermark), then trims the outbox up to it. A write never
+//! waits behind an index commit. On open, outbox entries above the watermark are replayed; a missing
+//! watermark or a document count that disagrees with the records triggers a rebuild.
+//!
+//! Read-your-writes: operations not yet in a committed index are kept in memory by scope;
+//! `retrieve` adds their records to the BM25 candidates, so a write is visible to `retrieve` as
+//! soon as `write` returns. Stale index entries are harmless: every hit is hydrated from fjall
+//! and dropped unless active.
+
+mod builder;
+mod commit;
+mod doctor;
+mod indexer;
+mod ops;
+mod records;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use parking_lot::{Condvar, Mutex};
+
+use super::codec;
+use super::{system_clock, Clock};
+use crate::error::{Error, ErrorKind, Result};
+use crate::index::KeywordIndex;
+use crate::model::ScopeKey;
+use crate::plan::MAX_CAP;
+use commit::SyncState;
+use indexer::Ops;
+use records::LruKey;
+
+pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
+pub use doctor::Health;
+
+struct Keyspaces {
+    active: Keyspace,
+    retired: Keyspace,
+    norms: Keyspace,
+    scopes: Keyspace,
+    counters: Keyspace,
+    outbox: Keyspace,
+    meta: Keyspace,
+}
+
+struct Shared {
+    /// An exclusive `flock` on the store directory, held for the store's life: a directory
+    /// cannot be deleted and recreated under a running owner the way a lock file can.
+    _dir_lock: std::fs::File,
+    dir: PathBuf,
+    db: Database,
+    ks: Keyspaces,
+    index: KeywordIndex,
+    scope_locks: Mutex<HashMap<ScopeKey, Arc<Mutex<()>>>>,
+    /// Scopes whose bookkeeping was checked against their records since open (see
+    /// `scope_meta`).
+    verified: Mutex<std::collections::HashSet<ScopeKey>>,
+    /// Per-scope eviction order, loaded on first need (see `eviction_head`).
+    lru: Mutex<HashMap<ScopeKey, BTreeSet<LruKey>>>,
+    ops: Mutex<Ops>,
+    /// Held while the index is staged and committed.
+    committing: Mutex<()>,
+    wake: Condvar,
+    stop: AtomicBool,
+    /// Set when staging or committing the index failed; the outbox keeps the gap for the next
+    /// open and `doctor` reports it.
+    index_degraded: AtomicBool,
+    /// Acknowledge a write only after its batch is fsynced.
+    sync_writes: bool,
+    sync: Mutex<SyncState>,
+    synced: Condvar,
+    clock: Clock,
+    cap: usize,
+    commit_every: usize,
+    commit_interval: Duration,
+}
+
+/// The embedded store: see the module docs.
+pub struct EmbeddedStore {
+    shared: Arc<Shared>,
+    indexer: Option<JoinHandle<()>>,
+}
+
+/// Takes the store directory's exclusive lock, or says who holds it.
+pub(super) fn lock_store_dir(dir: &Path) -> Result<std::fs::File> {
+    let file = std::fs::File::open(dir)
+        .map_err(|e| Error::io(format!("opening {} to lock it", dir.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(locked(dir)),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Error::io(format!("locking {}", dir.display()), e))
+        }
+    }
+}
+
+fn locked(dir: &Path) -> Error {
+    Error::new(
+        ErrorKind::Locked,
+        format!(
+            "the store {} is held by another process (a running `lessons serve`?); pass --server URL to use that server instead",
+            dir.display()
+        ),
+    )
+}
+
+fn st(doing: &str) -> impl FnOnce(fjall::Error) -> Error + '_ {
+    move |e| Error::storage(doing, e)
+}
+
+impl EmbeddedStore {
+    /// A builder with the defaults: cap 500, fsync per write, wall clock.
+    pub fn builder() -> EmbeddedStoreBuilder {
+        EmbeddedStoreBuilder::default()
+    }
+
+    /// Opens (or creates) a store in `dir` with the defaults.
+    pub fn open(dir: impl AsRef<Path>) -> Result<EmbeddedStore> {
+        EmbeddedStore::builder().open(dir)
+    }
+
+    fn open_with(b: EmbeddedStoreBuilder, dir: &Path) -> Result<EmbeddedStore> {
+        if !(1..=MAX_CAP).contains(&b.cap) {
+            return Err(Error::invalid(format!(
+                "cap must be between 1 and {MAX_CAP}"
+            )));
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let dir_lock = lock_store_dir(dir)?;
+        // fjall's own lock is a file: one deleted (or never made, by a copy) would let fjall fail
+        // with "No such file or directory", or a second process lock a fresh file. The directory
+        // lock above is what excludes other processes, so recreating fjall's file is safe.
+        let records = dir.join("records");
+        if records.join("version").exists() && !records.join("lock").exists() {
+            std::fs::File::create(records.join("lock")).map_err(|e| {
+                Error::io(format!("recreating {}", records.join("lock").display()), e)
+            })?;
+        }
+        super::journal::check_before_open(dir, &records)?;
+        let db = match Database::builder(&records)
+            // Uncompressed, so `journal` can verify and salvage it without a decompressor.
+            .journal_compression(fjall::CompressionType::None)
+            .max_journaling_size(64 << 20)
+            .cache_size(b.cache_bytes)
+            .open()
+        {
+            Ok(db) => db,
+            Err(fjall::Error::Locked) => return Err(locked(dir)),
+            Err(e) => return Err(Error::storage(format!("opening {}", dir.display()), e)),
+        };
+        // Small memtables keep the journal that every open replays short.
+        let open_ks = |name: &str| {
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(8 << 20)
+            })
+            .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))
+        };
+        let ks = Keyspaces {
+            active: open_ks("active")?,
+            retired: open_ks("retired")?,
+            norms: open_ks("norms")?,
+            scopes: open_ks("scopes")?,
+            counters: open_ks("counters")?,
+            outbox: open_ks("outbox")?,
+            meta: open_ks("meta")?,
+        };
+        match ks
+            .meta
+            .get("format")
+            .map_err(st("reading the format version"))?
+        {
+            Some(v) if v.as_ref() == [codec::FORMAT_VERSION] => {}
+            Some(v) => {
+                return Err(Error::format(format!(
+                    "the store {} has format version {:?}; this build reads version {}",
+                    dir.display(),
+                    v.as_ref(),
+                    codec::FORMAT_VERSION
+                )))
+            }
+            None => ks
+                .meta
+                .insert("format", [codec::FORMAT_VERSION])
+                .map_err(st("writing the format version"))?,
+        }
+        let opened = KeywordIndex::open(&dir.join("index"))?;
+        let shared = Arc::new(Shared {
+            _dir_lock: dir_lock,
+            dir: dir.to_owned(),
+            db,
+            ks,
+            index: opened.index,
+            scope_locks: Mutex::new(HashMap::new()),
+            verified: Mutex::new(std::collections::HashSet::new()),
+            lru: Mutex::new(HashMap::new()),
+            ops: Mutex::new(Ops::default()),
+            committing: Mutex::new(()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            index_degraded: AtomicBool::new(false),
+            sync_writes: b.durability == Durability::Sync,
+            sync: Mutex::new(SyncState::default()),
+            synced: Condvar::new(),
+            clock: b.clock.unwrap_or_else(system_clock),
+            cap: b.cap,
+            commit_every: b.commit_every,
+            commit_interval: b.commit_interval,
+        });
+        shared.recover(opened.watermark)?;
+        let worker = Arc::clone(&shared);
+        let indexer = std::thread::Builder::new()
+            .name("lessons-indexer".into())
+            .spawn(move || worker.run_indexer())
+            .map_err(|e| Error::io("starting the indexer thread", e))?;
+        Ok(EmbeddedStore {
+            shared,
+            indexer: Some(indexer),
+        })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Commits the keyword index now and makes every acknowledged write durable on disk.
+    pub fn flush(&self) -> Result<()> {
+        self.shared.commit_index()?;
+        self.shared
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(st("persisting the journal"))
+    }
+
+    /// Checks that the index holds exactly the active records.
+    pub fn check(&self) -> Result<Health> {
+        self.shared.commit_index()?;
+        self.shared.check()
+    }
+
+    /// Rewrites the scopes' bookkeeping and dedup keys from the records, then rebuilds the
+    /// keyword index from them.
+    pub fn repair(&self) -> Result<Health> {
+        self.shared.repair_bookkeeping()?;
+        self.shared.rebuild_index()?;
+        self.shared.index_degraded.store(false, Ordering::SeqCst);
+        self.shared.check()
+    }
+
+    /// Stops the indexer, commits the index and persists the records. Only a failure to
+    /// persist the records is an error: every write was acknowledged after its own batch was
+    /// durable, and an index commit that fails (a full disk) is logged and redone from the
+    /// outbox at the next open, so it must not make a caller report an applied write as failed.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_indexer();
+        if let Err(e) = self.shared.commit_index() {
+            log::warn!(
+                "[store] the keyword index was not committed ({e}); the next open brings it up to date from the records"
+            );
+        }
+        self.shared
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(st("persisting the journal"))
+    }
+
+    fn stop_indexer(&mut self) {
+        if let Some(handle) = self.indexer.take() {
+            {
+                let _ops = self.shared.ops.lock();
+                self.shared.stop.store(true, Ordering::SeqCst);
+                self.shared.wake.notify_all();
+            }
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.stop_indexer();
+        let _ = self.flush();
+    }
+}

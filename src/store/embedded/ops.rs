@@ -1,0 +1,506 @@
+//! The `MemoryStore` contract over fjall and tantivy: write, list, retrieve, forget, sweep,
+//! get, scopes, export, import, stats.
+
+use std::collections::HashMap;
+
+use fjall::Readable;
+
+use super::super::codec::{self, ScopeMeta};
+use super::super::{
+    format_day, list_filter_matches, validate_limit, validate_query, validate_write, DayStats,
+    ImportReport, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
+};
+use super::commit::Ticket;
+use super::records::with_status;
+use super::{st, EmbeddedStore, Shared};
+use crate::error::{Error, ErrorKind, Result};
+use crate::index::IndexOp;
+use crate::model::{
+    parse_record_id, Candidate, Kind, Record, ScopeKey, Status, ValidCandidate, WriteCounts,
+};
+use crate::plan::{self};
+use crate::rank::{candidate_count, match_tokens, rank};
+use crate::text::{normalize, tokenize};
+
+impl MemoryStore for EmbeddedStore {
+    fn write(
+        &self,
+        scope: &ScopeKey,
+        candidates: &[Candidate],
+        options: &WriteOptions,
+    ) -> Result<WriteCounts> {
+        let s = &*self.shared;
+        let (valid, cap) = validate_write(scope, candidates, options, s.cap)?;
+        if valid.is_empty() && options.tally.is_none() {
+            return Ok(WriteCounts::default());
+        }
+        let lock = s.scope_lock(scope);
+        let guard = lock.lock();
+        let now = (s.clock)();
+        let meta = s.scope_meta(scope)?;
+        let (snapshot, loaded) = s.read_for_plan(scope, &meta, &valid, cap)?;
+        let plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
+        let ticket = s.apply_plan(scope, &meta, &valid, &plan, &loaded, now, options)?;
+        drop(guard);
+        s.wait_durable(ticket)?;
+        Ok(plan.counts)
+    }
+
+    fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
+        validate_limit(query.limit)?;
+        let q = query.query.as_deref().unwrap_or("");
+        validate_query(q)?;
+        let q = normalize(q);
+        let s = &*self.shared;
+        let keep = |r: &Record| list_filter_matches(r, &q);
+        let mut out = Vec::with_capacity(query.limit);
+        if let Some(kind) = query.kind {
+            for g in s.ks.active.prefix(codec::active_prefix(scope, kind)) {
+                let v = g.value().map_err(st("reading records"))?;
+                let r = codec::decode_record(&v, Some(scope))?;
+                if keep(&r) {
+                    out.push(r);
+                    if out.len() == query.limit {
+                        break;
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        // Both kinds, newest first: merge two newest-first scans of one consistent snapshot.
+        let snap = s.db.snapshot();
+        let mut facts = snap
+            .prefix(&s.ks.active, codec::active_prefix(scope, Kind::Fact))
+            .peekable();
+        let mut sums = snap
+            .prefix(&s.ks.active, codec::active_prefix(scope, Kind::Summary))
+            .peekable();
+        let mut next_fact: Option<Record> = None;
+        let mut next_sum: Option<Record> = None;
+        while out.len() < query.limit {
+            if next_fact.is_none() {
+                if let Some(g) = facts.next() {
+                    next_fact = Some(codec::decode_record(
+                        &g.value().map_err(st("reading records"))?,
+                        Some(scope),
+                    )?);
+                }
+            }
+            if next_sum.is_none() {
+                if let Some(g) = sums.next() {
+                    next_sum = Some(codec::decode_record(
+                        &g.value().map_err(st("reading records"))?,
+                        Some(scope),
+                    )?);
+                }
+            }
+            let take_fact = match (&next_fact, &next_sum) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(f), Some(m)) => f.seq() > m.seq(),
+            };
+            let r = if take_fact {
+                next_fact.take()
+            } else {
+                next_sum.take()
+            };
+            if let Some(r) = r.filter(|r| keep(r)) {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+        validate_limit(limit)?;
+        validate_query(query)?;
+        let tokens = tokenize(query);
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = &*self.shared;
+        let wanted = match_tokens(&tokens);
+        // Writes staged since the last index commit, read before the search: the indexer
+        // reloads the searcher before it forgets a pending write, so every acknowledged write
+        // is in one of the two.
+        let pending: Vec<u64> = s
+            .ops
+            .lock()
+            .pending
+            .values()
+            .flatten()
+            .filter(|d| &d.scope == scope && d.matches(&wanted))
+            .map(|d| d.seq)
+            .collect();
+        let ids = s
+            .index
+            .search(scope.as_str(), &wanted, candidate_count(limit))?;
+        let mut seqs: Vec<u64> = ids
+            .iter()
+            .filter_map(|id| parse_record_id(id))
+            .filter(|(sc, _)| sc == scope)
+            .map(|(_, seq)| seq)
+            .collect();
+        for seq in pending {
+            if !seqs.contains(&seq) {
+                seqs.push(seq);
+            }
+        }
+        let mut candidates = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(r) = s.load_active(scope, seq)? {
+                candidates.push(r);
+            }
+        }
+        let now = (s.clock)();
+        let ranked = rank(&tokens, candidates, now, limit);
+        if ranked.is_empty() {
+            return Ok(ranked);
+        }
+        // Bump under the scope lock, re-reading each record: a write may have changed it.
+        let lock = s.scope_lock(scope);
+        let _guard = lock.lock();
+        // Usage bumps are not worth an fsync each: they survive a process crash, and a power
+        // loss costs at most the last bumps, never a record.
+        let mut tx = s.tx();
+        let mut out = Vec::with_capacity(ranked.len());
+        let mut unbumped = Vec::with_capacity(ranked.len());
+        for r in ranked {
+            let Some(seq) = r.seq() else { continue };
+            let Some(old) = s.load_active(scope, seq)? else {
+                continue;
+            };
+            let mut new = old.clone();
+            new.use_count += 1;
+            new.last_used_at = Some(now);
+            s.update_active(&mut tx, &old, &new, seq)?;
+            out.push(new);
+            unbumped.push(old);
+        }
+        // A read must answer even when its bump cannot be written (a full disk): the bump is
+        // bookkeeping, the records are the answer. The failure is logged, not returned.
+        match tx.batch.commit() {
+            Ok(()) => s.apply_lru(scope, tx.lru),
+            Err(e) => {
+                log::warn!(
+                    "[store] {scope}: retrieve answered without recording its use: {}",
+                    crate::error::describe_fjall(&e)
+                );
+                for (r, bumped) in out.iter_mut().zip(unbumped) {
+                    *r = bumped;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
+        let s = &*self.shared;
+        let Some((sc, seq)) = parse_record_id(id) else {
+            return Ok(false);
+        };
+        if &sc != scope {
+            return Ok(false);
+        }
+        let lock = s.scope_lock(scope);
+        let guard = lock.lock();
+        let Some(old) = s.load_active(scope, seq)? else {
+            return Ok(false);
+        };
+        let now = (s.clock)();
+        let mut meta = s.scope_meta(scope)?;
+        let mut tx = s.tx();
+        s.retire(&mut tx, &old, &with_status(&old, Status::Forgotten), seq)?;
+        meta.active = meta.active.saturating_sub(1);
+        tx.batch
+            .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        s.add_day(&mut tx.batch, scope, now, |d| d.forgotten += 1)?;
+        let ticket =
+            s.commit_with_outbox(scope, tx, vec![IndexOp::Delete { id: old.id.clone() }])?;
+        drop(guard);
+        s.wait_durable(ticket)?;
+        Ok(true)
+    }
+
+    fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
+        let s = &*self.shared;
+        let lock = s.scope_lock(scope);
+        let guard = lock.lock();
+        let mut marked = Vec::new();
+        for g in s.ks.active.prefix(codec::active_prefix(scope, Kind::Fact)) {
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
+            if crate::gate::is_status(&r.text) {
+                marked.push(r);
+            }
+        }
+        let receipt = SweepReceipt {
+            swept: marked.len() as u64,
+            ids: marked.iter().map(|r| r.id.clone()).collect(),
+        };
+        if dry_run || marked.is_empty() {
+            return Ok(receipt);
+        }
+        let now = (s.clock)();
+        let mut meta = s.scope_meta(scope)?;
+        let mut tx = s.tx();
+        let mut ops = Vec::new();
+        for r in &marked {
+            let Some(seq) = r.seq() else { continue };
+            s.retire(&mut tx, r, &with_status(r, Status::Swept), seq)?;
+            ops.push(IndexOp::Delete { id: r.id.clone() });
+        }
+        meta.active = meta.active.saturating_sub(marked.len() as u64);
+        tx.batch
+            .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        s.add_day(&mut tx.batch, scope, now, |d| d.swept += receipt.swept)?;
+        let ticket = s.commit_with_outbox(scope, tx, ops)?;
+        drop(guard);
+        s.wait_durable(ticket)?;
+        Ok(receipt)
+    }
+
+    fn get(&self, id: &str) -> Result<Option<Record>> {
+        match parse_record_id(id) {
+            Some((scope, seq)) => self.shared.load_any(&scope, seq),
+            None => Ok(None),
+        }
+    }
+
+    fn scopes(&self) -> Result<Vec<ScopeKey>> {
+        Ok(self.shared.all_scopes()?.into_iter().collect())
+    }
+
+    fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        let s = &*self.shared;
+        let snap = s.db.snapshot();
+        for scope in self.scopes()? {
+            let prefix = codec::scope_key_prefix(&scope);
+            let mut records = Vec::new();
+            for ks in [&s.ks.active, &s.ks.retired] {
+                for g in snap.prefix(ks, &prefix) {
+                    records.push(codec::decode_record(
+                        &g.value().map_err(st("reading records"))?,
+                        Some(&scope),
+                    )?);
+                }
+            }
+            records.sort_by_key(|r| r.seq());
+            for r in records {
+                sink(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn import(&self, records: &[Record]) -> Result<ImportReport> {
+        let (groups, repeats) = super::super::group_import(records)?;
+        let s = &*self.shared;
+        let mut report = ImportReport {
+            skipped: repeats,
+            ..ImportReport::default()
+        };
+        for (scope, list) in groups {
+            let lock = s.scope_lock(scope);
+            let guard = lock.lock();
+            let mut meta = s.scope_meta(scope)?;
+            let mut tx = s.tx();
+            let mut ops = Vec::new();
+            for (seq, r) in list {
+                if s.load_any(scope, seq)?.is_some() {
+                    report.skipped += 1;
+                    continue;
+                }
+                if r.status == Status::Active {
+                    s.put_active(&mut tx, r, seq)?;
+                    meta.active += 1;
+                    ops.push(Shared::upsert_op(r));
+                } else {
+                    tx.batch.insert(
+                        &s.ks.retired,
+                        codec::retired_key(scope, seq),
+                        codec::encode_record(r, seq)?,
+                    );
+                }
+                meta.next_seq = meta.next_seq.max(seq + 1);
+                report.imported += 1;
+            }
+            tx.batch
+                .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+            let ticket = s.commit_with_outbox(scope, tx, ops)?;
+            drop(guard);
+            s.wait_durable(ticket)?;
+        }
+        Ok(report)
+    }
+
+    fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
+        let mut out = Vec::new();
+        for g in self.shared.ks.counters.range(codec::counters_from(since)..) {
+            let (k, v) = g.into_inner().map_err(st("reading counters"))?;
+            let (day, scope) = codec::parse_counters_key(&k)
+                .ok_or_else(|| Error::format("a counters key does not parse"))?;
+            out.push(DayStats {
+                day: format_day(day),
+                scope_key: scope,
+                counters: codec::decode(&v, "a day's counters")?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Shared {
+    /// Reads exactly what the planner can need for `valid` (point lookups and one prefix read
+    /// per normalized text, never a scan): the snapshot, and the records it was built from.
+    fn read_for_plan(
+        &self,
+        scope: &ScopeKey,
+        meta: &ScopeMeta,
+        valid: &[ValidCandidate],
+        cap: usize,
+    ) -> Result<(plan::Snapshot, HashMap<u64, Record>)> {
+        let s = self;
+        // Read exactly what the planner can need.
+        let needs = plan::needs(scope, valid, meta.active as usize, cap);
+        let mut loaded: HashMap<u64, Record> = HashMap::new();
+        let mut snapshot = plan::Snapshot {
+            next_seq: meta.next_seq,
+            active_count: meta.active as usize,
+            ..plan::Snapshot::default()
+        };
+        for &seq in &needs.seqs {
+            if let Some(r) = s.load_active(scope, seq)? {
+                snapshot.records.insert(seq, Shared::meta_of(&r, seq));
+                loaded.insert(seq, r);
+            }
+        }
+        for norm in &needs.norms {
+            let mut hits = Vec::new();
+            for g in s.ks.norms.prefix(codec::norm_prefix(scope, norm)) {
+                let k = g.key().map_err(st("reading the dedup index"))?;
+                let Some(seq) = codec::trailing_seq(&k) else {
+                    continue;
+                };
+                if let Some(r) = s.load_active(scope, seq)? {
+                    // The key is a hash: confirm the text really normalizes to `norm`.
+                    if normalize(&r.text) == *norm {
+                        hits.push(Shared::meta_of(&r, seq));
+                        loaded.insert(seq, r);
+                    }
+                }
+            }
+            hits.sort_by_key(|m| m.seq);
+            snapshot.by_norm.insert(norm.clone(), hits);
+        }
+        if needs.eviction_head > 0 {
+            for seq in s.eviction_head(scope, needs.eviction_head)? {
+                if let Some(r) = s.load_active(scope, seq)? {
+                    snapshot.eviction_head.push(Shared::meta_of(&r, seq));
+                    loaded.insert(seq, r);
+                }
+            }
+        }
+
+        Ok((snapshot, loaded))
+    }
+
+    /// Turns a plan into one transaction (records, bookkeeping, the day's counters, the
+    /// outbox entry) and appends it; returns the ticket to wait on for durability.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_plan(
+        &self,
+        scope: &ScopeKey,
+        meta: &ScopeMeta,
+        valid: &[ValidCandidate],
+        plan: &plan::Plan,
+        loaded: &HashMap<u64, Record>,
+        now: i64,
+        options: &WriteOptions,
+    ) -> Result<Ticket> {
+        let s = self;
+        let mut tx = s.tx();
+        let mut index_ops: Vec<IndexOp> = Vec::new();
+        let mut active = meta.active;
+        for (&seq, touched) in plan.existing_changes() {
+            let Some(old) = loaded.get(&seq) else {
+                return Err(Error::new(
+                    ErrorKind::Storage,
+                    format!("planned a change to unread record {seq}"),
+                ));
+            };
+            let mut new = old.clone();
+            new.use_count = touched.meta.use_count;
+            new.last_used_at = touched.meta.last_used_at;
+            new.confidence = touched.meta.confidence;
+            new.status = touched.status;
+            if touched.status == Status::Active {
+                s.update_active(&mut tx, old, &new, seq)?;
+            } else {
+                s.retire(&mut tx, old, &new, seq)?;
+                active -= 1;
+                index_ops.push(IndexOp::Delete { id: old.id.clone() });
+            }
+        }
+        let mut summaries = 0;
+        for insert in &plan.inserts {
+            let c = &valid[insert.candidate];
+            let Some(touched) = plan.touched.get(&insert.seq) else {
+                continue;
+            };
+            let r = Record {
+                id: scope.record_id(insert.seq),
+                scope_key: scope.clone(),
+                kind: c.kind,
+                text: c.text.clone(),
+                keywords: c.keywords.clone(),
+                source_thread_key: c.source_thread_key.clone(),
+                source_run_id: c.source_run_id.clone(),
+                provenance: c.provenance.clone(),
+                created_at: now,
+                last_used_at: touched.meta.last_used_at,
+                use_count: touched.meta.use_count,
+                confidence: touched.meta.confidence,
+                supersedes: insert.supersedes.clone(),
+                status: touched.status,
+            };
+            // The bookkeeping was checked against the records, so this cannot fire unless the
+            // store changed under us; a write must never replace a record, whatever happened.
+            if s.load_any(scope, insert.seq)?.is_some() {
+                return Err(Error::new(
+                    ErrorKind::Damaged,
+                    format!(
+                        "refusing to overwrite {}: the scope's bookkeeping is behind its records; run `lessons doctor --repair`",
+                        scope.record_id(insert.seq)
+                    ),
+                ));
+            }
+            if c.kind == Kind::Summary {
+                summaries += 1;
+            }
+            if touched.status == Status::Active {
+                s.put_active(&mut tx, &r, insert.seq)?;
+                active += 1;
+                index_ops.push(Shared::upsert_op(&r));
+            } else {
+                tx.batch.insert(
+                    &s.ks.retired,
+                    codec::retired_key(scope, insert.seq),
+                    codec::encode_record(&r, insert.seq)?,
+                );
+            }
+        }
+        let new_meta = ScopeMeta {
+            next_seq: plan.next_seq,
+            active,
+        };
+        if new_meta != *meta {
+            tx.batch
+                .insert(&s.ks.scopes, scope.as_str(), codec::encode(&new_meta)?);
+        }
+        s.add_day(&mut tx.batch, scope, now, |d| {
+            d.add_write(&plan.counts, summaries, options.tally.as_ref())
+        })?;
+        s.commit_with_outbox(scope, tx, index_ops)
+    }
+}
