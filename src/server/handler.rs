@@ -1,0 +1,437 @@
+//! One request, start to finish: the contract's check order, the body, the store call on a
+//! blocking thread, the JSON answer; and `/export` as a stream.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::Request;
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::auth::{authorize, Access};
+use super::metrics::metrics_response;
+use super::wire::{Body, POST_ROUTES};
+use super::{AppState, BODY_TIMEOUT, MAX_BODY_BYTES, MAX_EXPORTS};
+use crate::memory::{build_context, reflect, shown_set};
+use crate::reflect::reflection_prompt;
+use crate::store::{system_clock, WriteOptions};
+
+pub(super) fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "error": message }).to_string(),
+    )
+        .into_response()
+}
+
+pub(super) fn ok_json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(value) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(_) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "could not encode the answer",
+        ),
+    }
+}
+
+pub(super) async fn handle(state: Arc<AppState>, req: Request) -> Response {
+    let started = Instant::now();
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    let (response, log) = dispatch(&state, req).await;
+    let status = response.status().as_u16();
+    let route = if known_path(&path) {
+        path.as_str()
+    } else {
+        "other"
+    };
+    state
+        .metrics
+        .lock()
+        .observe(route, status, started.elapsed().as_secs_f64());
+    log::info!(
+        "[http] {method} {route} {status} {:.1}ms{}",
+        started.elapsed().as_secs_f64() * 1000.0,
+        log.map(|l| format!(" {l}")).unwrap_or_default()
+    );
+    response
+}
+
+pub(super) fn known_path(path: &str) -> bool {
+    path == "/healthz" || path == "/metrics" || POST_ROUTES.iter().any(|(p, _)| *p == path)
+}
+
+/// Decides the answer, and a log suffix (scope and counts, never text).
+pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, Option<String>) {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    // 404 before anything else, even without a token.
+    let (get_route, post_route) = match path.as_str() {
+        "/healthz" | "/metrics" => (true, None),
+        p => match POST_ROUTES.iter().find(|(r, _)| *r == p) {
+            Some(&(_, mutating)) => (false, Some(mutating)),
+            None => return (error(StatusCode::NOT_FOUND, "not found"), None),
+        },
+    };
+    let expected = if get_route { Method::GET } else { Method::POST };
+    if method != expected {
+        return (
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+            None,
+        );
+    }
+    if path == "/healthz" {
+        if let Some(reason) = state.failure() {
+            let body = json!({"ok": false, "error": format!("the store failed: {reason}")});
+            return (
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body.to_string(),
+                )
+                    .into_response(),
+                None,
+            );
+        }
+        return (
+            ok_json(
+                &json!({"ok": true, "build": {"commit": state.commit}, "features": ["memory"]}),
+            ),
+            None,
+        );
+    }
+    let access = match authorize(&state.auth, req.headers()) {
+        Some(a) => a,
+        None => return (error(StatusCode::UNAUTHORIZED, "unauthorized"), None),
+    };
+    if path == "/metrics" {
+        return (metrics_response(state).await, None);
+    }
+    if post_route == Some(true) && matches!(access, Access::ReadOnly) {
+        return (error(StatusCode::FORBIDDEN, "forbidden"), None);
+    }
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let Some(length) = length else {
+        return (
+            error(StatusCode::LENGTH_REQUIRED, "a Content-Length is required"),
+            None,
+        );
+    };
+    if length > MAX_BODY_BYTES {
+        return (
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body must be at most 512 KiB",
+            ),
+            None,
+        );
+    }
+    let read = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
+    let bytes: Bytes = match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
+            return (
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body must be at most 512 KiB",
+                ),
+                None,
+            )
+        }
+        Err(_) => {
+            return (
+                error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the body did not arrive within 10 seconds",
+                ),
+                Some("slow body".to_owned()),
+            )
+        }
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
+        return (
+            error(StatusCode::BAD_REQUEST, "body must be valid JSON"),
+            None,
+        );
+    };
+    let body = match super::wire::parse(&path, &value) {
+        Ok(b) => b,
+        Err(reason) => return (error(StatusCode::BAD_REQUEST, &reason), None),
+    };
+    if matches!(body, Body::Export) {
+        return export_response(state);
+    }
+    let worker = Arc::clone(state);
+    match tokio::task::spawn_blocking(move || execute(&worker, body)).await {
+        Ok(Ok((value, log))) => (ok_json(&value), Some(log)),
+        Ok(Err(e)) if e.is_invalid() => (error(StatusCode::BAD_REQUEST, e.message()), None),
+        Ok(Err(e)) => {
+            log::error!("[http] {path} failed: {e}");
+            if e.kind() == crate::ErrorKind::Storage {
+                state.fail(e.message());
+            }
+            (
+                error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the store failed; see the server log",
+                ),
+                None,
+            )
+        }
+        Err(_) => (
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the request was cancelled",
+            ),
+            None,
+        ),
+    }
+}
+
+/// Runs one request against the store (on a blocking thread). Returns the answer and a log
+/// suffix with the scope and counts.
+pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
+    let store = state.store.as_ref();
+    Ok(match body {
+        Body::Retrieve {
+            scope,
+            query,
+            limit,
+        } => {
+            let records = store.retrieve(&scope, &query, limit)?;
+            let log = format!("{scope} records={}", records.len());
+            (json!({ "records": records }), log)
+        }
+        Body::Write {
+            scope,
+            records,
+            cap,
+            tally,
+        } => {
+            let c = store.write(&scope, &records, &WriteOptions { cap, tally })?;
+            let log = format!(
+                "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
+                c.inserted, c.deduped, c.restated, c.superseded, c.evicted
+            );
+            (
+                json!({"ok": true, "inserted": c.inserted, "deduped": c.deduped, "restated": c.restated, "superseded": c.superseded, "evicted": c.evicted}),
+                log,
+            )
+        }
+        Body::List { scope, query } => {
+            let records = store.list(&scope, &query)?;
+            let log = format!("{scope} records={}", records.len());
+            (json!({ "records": records }), log)
+        }
+        Body::Forget { scope, id } => {
+            let forgotten = store.forget(&scope, &id)?;
+            (
+                json!({"ok": true, "forgotten": forgotten}),
+                format!("{scope} forgotten={forgotten}"),
+            )
+        }
+        Body::Sweep { scope, dry_run } => {
+            let r = store.sweep(&scope, dry_run)?;
+            let log = format!("{scope} swept={} dry_run={dry_run}", r.swept);
+            if dry_run {
+                (json!({"ok": true, "swept": r.swept, "ids": r.ids}), log)
+            } else {
+                (json!({"ok": true, "swept": r.swept}), log)
+            }
+        }
+        Body::Get { id } => {
+            let record = store.get(&id)?;
+            let found = record.is_some();
+            (json!({ "record": record }), format!("found={found}"))
+        }
+        Body::Scopes => {
+            let scopes = store.scopes()?;
+            let n = scopes.len();
+            (json!({ "scopes": scopes }), format!("scopes={n}"))
+        }
+        Body::Export => {
+            // Answered by `export_response`, streaming; kept for completeness.
+            let mut records = Vec::new();
+            store.export(&mut |r| {
+                records.push(r);
+                Ok(())
+            })?;
+            let n = records.len();
+            (json!({ "records": records }), format!("records={n}"))
+        }
+        Body::Import { records } => {
+            let r = store.import(&records)?;
+            (
+                json!({"ok": true, "imported": r.imported, "skipped": r.skipped}),
+                format!("imported={} skipped={}", r.imported, r.skipped),
+            )
+        }
+        Body::Stats { since } => {
+            let days = store.stats(since)?;
+            let n = days.len();
+            (json!({ "days": days }), format!("days={n}"))
+        }
+        Body::Context { run, brief } => {
+            let ctx = build_context(store, &run, &brief, &state.context, system_clock()());
+            for w in &ctx.warnings {
+                log::warn!("{w}");
+            }
+            let mut answer = json!({"kept": ctx.records.len(), "fromWindow": ctx.from_window});
+            if let Some(block) = ctx.block {
+                answer["block"] = Value::String(block);
+            }
+            (
+                answer,
+                format!(
+                    "{} kept={} window={}",
+                    run.resource(),
+                    ctx.records.len(),
+                    ctx.from_window
+                ),
+            )
+        }
+        Body::Prompt {
+            run,
+            request,
+            answer,
+            transcript,
+        } => {
+            let shown = shown_set(store, &run, &request, &answer, &state.context)?;
+            let transcript = transcript.unwrap_or_else(|| format!("{request}\n\n{answer}"));
+            let p = reflection_prompt(&shown, &transcript);
+            let n = p.shown.len();
+            (
+                json!({"system": p.system, "input": p.input, "shown": p.shown}),
+                format!("{} shown={n}", run.resource()),
+            )
+        }
+        Body::Reflect {
+            run,
+            reply,
+            shown,
+            origin,
+            thread,
+            run_id,
+        } => {
+            let outcome = reflect(
+                store,
+                &run,
+                &reply,
+                &shown,
+                origin,
+                &thread,
+                run_id.as_deref(),
+            )?;
+            let line = outcome.line();
+            log::info!("{line}");
+            (
+                serde_json::to_value(&outcome).map_err(|e| crate::Error::format(e.to_string()))?,
+                run.resource(),
+            )
+        }
+    })
+}
+
+/// `/export` as a stream: `{"records":[` then each record as it is read, then `]}`. The records
+/// are read on a thread of their own from one snapshot and handed over through a bounded
+/// channel, so a slow reader holds a few chunks of memory and no store thread, and writes go
+/// on. A reader that goes away stops the export.
+pub(super) fn export_response(state: &Arc<AppState>) -> (Response, Option<String>) {
+    use std::sync::atomic::Ordering;
+    if state.exports.fetch_add(1, Ordering::SeqCst) >= MAX_EXPORTS {
+        state.exports.fetch_sub(1, Ordering::SeqCst);
+        return (
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many exports are running; try again when one has finished",
+            ),
+            None,
+        );
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let worker = Arc::clone(state);
+    let spawned = std::thread::Builder::new()
+        .name("lessons-export".into())
+        .spawn(move || {
+            let mut chunk = Vec::with_capacity(64 * 1024);
+            chunk.extend_from_slice(b"{\"records\":[");
+            let mut first = true;
+            let result = worker.store.export(&mut |r| {
+                if !first {
+                    chunk.push(b',');
+                }
+                first = false;
+                serde_json::to_writer(&mut chunk, &r)
+                    .map_err(|e| crate::Error::format(e.to_string()))?;
+                if chunk.len() >= 64 * 1024 {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(64 * 1024));
+                    tx.blocking_send(Ok(Bytes::from(full)))
+                        .map_err(|_| crate::Error::invalid("the reader went away"))?;
+                }
+                Ok(())
+            });
+            match result {
+                Ok(()) => {
+                    chunk.extend_from_slice(b"]}");
+                    let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+                }
+                Err(e) if e.is_invalid() => {}
+                Err(e) => {
+                    // The status is sent already: cut the body so the reader sees it incomplete.
+                    log::error!("[http] /export failed: {e}");
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                }
+            }
+            worker.exports.fetch_sub(1, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        state.exports.fetch_sub(1, Ordering::SeqCst);
+        return (
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "could not start the export thread",
+            ),
+            None,
+        );
+    }
+    let body = axum::body::Body::new(ChannelBody(rx));
+    (
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Some("streaming".to_owned()),
+    )
+}
+
+/// A response body fed by a channel.
+pub(super) struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        self.get_mut()
+            .0
+            .poll_recv(cx)
+            .map(|o| o.map(|r| r.map(http_body::Frame::data)))
+    }
+}

@@ -1,0 +1,129 @@
+//! What the server counts: requests and latency per route, and the store's day counters, as
+//! Prometheus text; and the daily rollup lines.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use crate::store::{format_day, MemoryStore};
+
+/// Latency histogram bucket bounds, in seconds.
+pub(super) const BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
+];
+
+#[derive(Default)]
+pub(super) struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+#[derive(Default)]
+pub(super) struct Metrics {
+    requests: BTreeMap<(String, u16), u64>,
+    latency: BTreeMap<String, Histogram>,
+}
+
+impl Metrics {
+    pub(super) fn observe(&mut self, route: &str, status: u16, seconds: f64) {
+        *self.requests.entry((route.to_owned(), status)).or_default() += 1;
+        let h = self.latency.entry(route.to_owned()).or_default();
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if seconds <= *bound {
+                h.counts[i] += 1;
+            }
+        }
+        h.count += 1;
+        h.sum += seconds;
+    }
+}
+
+pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
+    let worker = Arc::clone(state);
+    let days = tokio::task::spawn_blocking(move || worker.store.stats(i64::MIN)).await;
+    let mut out = String::new();
+    out.push_str("# HELP lessons_requests_total Requests by route and status.\n# TYPE lessons_requests_total counter\n");
+    let (requests, latency) = {
+        let m = state.metrics.lock();
+        let requests: Vec<((String, u16), u64)> =
+            m.requests.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let latency: Vec<(String, [u64; BUCKETS.len()], u64, f64)> = m
+            .latency
+            .iter()
+            .map(|(k, h)| (k.clone(), h.counts, h.count, h.sum))
+            .collect();
+        (requests, latency)
+    };
+    for ((route, status), n) in requests {
+        out.push_str(&format!(
+            "lessons_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}\n"
+        ));
+    }
+    out.push_str("# HELP lessons_request_seconds Request latency by route.\n# TYPE lessons_request_seconds histogram\n");
+    for (route, counts, count, sum) in latency {
+        for (bound, c) in BUCKETS.iter().zip(counts) {
+            out.push_str(&format!(
+                "lessons_request_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {c}\n"
+            ));
+        }
+        out.push_str(&format!(
+            "lessons_request_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {count}\n"
+        ));
+        out.push_str(&format!(
+            "lessons_request_seconds_sum{{route=\"{route}\"}} {sum}\n"
+        ));
+        out.push_str(&format!(
+            "lessons_request_seconds_count{{route=\"{route}\"}} {count}\n"
+        ));
+    }
+    if let Ok(Ok(days)) = days {
+        let mut totals: BTreeMap<String, crate::store::DayCounters> = BTreeMap::new();
+        for d in days {
+            totals
+                .entry(d.scope_key.as_str().to_owned())
+                .or_default()
+                .merge(&d.counters);
+        }
+        out.push_str("# HELP lessons_memory_total What the store did, per scope, since it was created.\n# TYPE lessons_memory_total counter\n");
+        for (scope, c) in totals {
+            let scope = scope.replace('\\', "\\\\").replace('"', "\\\"");
+            for (name, n) in c.events() {
+                out.push_str(&format!(
+                    "lessons_memory_total{{scope=\"{scope}\",event=\"{name}\"}} {n}\n"
+                ));
+            }
+            for (marker, n) in &c.rejected_by {
+                out.push_str(&format!(
+                    "lessons_memory_rejected_total{{scope=\"{scope}\",marker=\"{marker}\"}} {n}\n"
+                ));
+            }
+        }
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        out,
+    )
+        .into_response()
+}
+
+/// One `[memory] day …` line per scope for `day`: counts only.
+pub fn rollup_lines(store: &dyn MemoryStore, day: i64) -> crate::Result<Vec<String>> {
+    Ok(store
+        .stats(day)?
+        .into_iter()
+        .filter(|d| d.day == format_day(day))
+        .map(|d| {
+            format!(
+                "[memory] day {} {}: {}",
+                d.day,
+                d.scope_key,
+                d.counters.line(false)
+            )
+        })
+        .collect())
+}
