@@ -1,4 +1,7 @@
 //! The write planner: given what a scope holds and a list of candidates, what must the store do?
+//! (Over 600 lines: about 360 are the rules, the rest are their tests, one per rule, kept beside
+//! the rules they pin.)
+//!
 //!
 //! Planning is two pure steps around one read:
 //! 1. [`needs`] says which records the candidates can touch (the ids they point at, the

@@ -1,4 +1,7 @@
 //! Reflection: the extractor's prompt, reading its reply, and routing what it found to scopes.
+//! (Over 600 lines: the prompt, the reply parser and the router share the shown-set handles and
+//! are tested together; about 260 lines are tests.)
+//!
 //!
 //! After a run, one model call reads the transcript tail and the records the run was shown, and
 //! answers JSON: at most five facts (lessons: what fails or surprises, why, what to do), each

@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch. Every command answers with an [`Outcome`] or a [`Failure`];
 //! only [`run`] turns them into exit codes and stderr lines.
 
+mod admin_cmds;
 mod gate;
 mod run_cmds;
 mod serve;
@@ -59,11 +60,11 @@ pub enum Command {
     /// Every record, as JSON Lines, for backup or moving.
     Export,
     /// Whole records as JSON Lines (from export, or a Worker's rows); ids already held are skipped.
-    Import(store_cmds::ImportArgs),
+    Import(admin_cmds::ImportArgs),
     /// Check that the keyword index agrees with the records; --repair rebuilds it.
-    Doctor(store_cmds::DoctorArgs),
+    Doctor(admin_cmds::DoctorArgs),
     /// What happened per scope per day: offered, rejected, restated, inserted, deduped, ...
-    Stats(store_cmds::StatsArgs),
+    Stats(admin_cmds::StatsArgs),
     /// The system-prompt block a run gets: the repository's newest lessons, then keyword hits.
     Context(run_cmds::ContextArgs),
     /// The extractor prompt for a finished run, and the records it shows (--json for `reflect`).
@@ -153,10 +154,10 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Retrieve(args) => store_cmds::retrieve(&cli, args),
         Command::Forget(args) => store_cmds::forget(&cli, args),
         Command::Sweep(args) => store_cmds::sweep(&cli, args),
-        Command::Export => store_cmds::export(&cli),
-        Command::Import(args) => store_cmds::import(&cli, args),
-        Command::Doctor(args) => store_cmds::doctor(&cli, args),
-        Command::Stats(args) => store_cmds::stats(&cli, args),
+        Command::Export => admin_cmds::export(&cli),
+        Command::Import(args) => admin_cmds::import(&cli, args),
+        Command::Doctor(args) => admin_cmds::doctor(&cli, args),
+        Command::Stats(args) => admin_cmds::stats(&cli, args),
         Command::Context(args) => run_cmds::context(&cli, args),
         Command::Prompt(args) => run_cmds::prompt(&cli, args),
         Command::Reflect(args) => run_cmds::reflect_cmd(&cli, args),

@@ -1,12 +1,12 @@
 //! The store commands: write, list, retrieve, forget, sweep, export, import, doctor, stats.
 
-use std::io::{self, BufRead, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 use lessons::model::parse_record_id;
 use lessons::remote::RemoteStore;
-use lessons::store::{day_of, system_clock, DayStats, EmbeddedStoreBuilder};
+use lessons::store::{day_of, system_clock, EmbeddedStoreBuilder};
 use lessons::{
     Candidate, Durability, EmbeddedStore, Kind, ListQuery, MemoryStore, Record, ScopeKey,
     WriteOptions,
@@ -220,11 +220,11 @@ pub fn open_handle(cli: &Cli, create: bool) -> Result<Handle, Failure> {
     }
 }
 
-fn out() -> BufWriter<io::StdoutLock<'static>> {
+pub(super) fn out() -> BufWriter<io::StdoutLock<'static>> {
     BufWriter::new(io::stdout().lock())
 }
 
-fn read_stdin() -> Result<String, Failure> {
+pub(super) fn read_stdin() -> Result<String, Failure> {
     let mut s = String::new();
     io::stdin()
         .read_to_string(&mut s)
@@ -474,235 +474,6 @@ pub fn sweep(cli: &Cli, args: &SweepArgs) -> Result<Outcome, Failure> {
     Ok(Outcome::Ok)
 }
 
-// ---- export / import ----
-
-pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
-    let handle = open_handle(cli, false)?;
-    let store = handle.store();
-    let mut o = out();
-    let mut failure = None;
-    store
-        .export(&mut |r| {
-            let line = serde_json::to_string(&r)
-                .map_err(|e| lessons::Error::format(format!("encoding {}: {e}", r.id)))?;
-            if let Err(f) = emit(&mut o, &line) {
-                failure = Some(f);
-                return Err(lessons::Error::new(lessons::ErrorKind::Io, "stdout closed"));
-            }
-            Ok(())
-        })
-        .map_err(|e| failure.take().unwrap_or_else(|| fail(e)))?;
-    o.flush()?;
-    Ok(Outcome::Ok)
-}
-
-/// Arguments of `lessons import`.
-#[derive(Debug, Args)]
-pub struct ImportArgs {
-    /// A JSON Lines file of whole records (as `export` writes); stdin when absent.
-    pub file: Option<PathBuf>,
-}
-
-pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
-    let reader: Box<dyn BufRead> = match &args.file {
-        Some(p) => Box::new(io::BufReader::new(
-            std::fs::File::open(p).map_err(|e| Failure::Usage(format!("{}: {e}", p.display())))?,
-        )),
-        None => Box::new(io::BufReader::new(io::stdin())),
-    };
-    let mut records = Vec::new();
-    for (n, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let r: Record = serde_json::from_str(&line)
-            .map_err(|e| Failure::Usage(format!("line {}: not a record: {e}", n + 1)))?;
-        r.validate()
-            .map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
-        records.push(r);
-    }
-    let handle = open_handle(cli, true)?;
-    let store = handle.store();
-    let report = store.import(&records).map_err(fail)?;
-    handle.close()?;
-    let mut o = out();
-    if cli.json {
-        emit(
-            &mut o,
-            &json!({"ok": true, "imported": report.imported, "skipped": report.skipped})
-                .to_string(),
-        )?;
-    } else {
-        emit(
-            &mut o,
-            &format!(
-                "imported {}, skipped {} already present",
-                report.imported, report.skipped
-            ),
-        )?;
-    }
-    o.flush()?;
-    Ok(Outcome::Ok)
-}
-
-// ---- doctor / stats ----
-
-/// Arguments of `lessons doctor`.
-#[derive(Debug, Args)]
-pub struct DoctorArgs {
-    /// Rewrite the scopes' bookkeeping and dedup keys from the records and rebuild the
-    /// keyword index from them.
-    #[arg(long, conflicts_with = "salvage")]
-    pub repair: bool,
-    /// Copy every readable record of a damaged store into a new store at DIR (which must not
-    /// exist or be empty). The damaged store is only read.
-    #[arg(long, value_name = "DIR")]
-    pub salvage: Option<PathBuf>,
-}
-
-pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
-    if cli.server.is_some() {
-        return Err(Failure::Usage(
-            "doctor checks a store directory; run it on the server's host with --store DIR".into(),
-        ));
-    }
-    if let Some(to) = &args.salvage {
-        return salvage(cli, to);
-    }
-    let store = open_store(cli, false)?;
-    let health = if args.repair {
-        store.repair()
-    } else {
-        store.check()
-    }
-    .map_err(fail)?;
-    store.close().map_err(fail)?;
-    let mut o = out();
-    if cli.json {
-        let mut v = serde_json::to_value(&health).map_err(|e| Failure::Usage(e.to_string()))?;
-        v["ok"] = json!(health.is_ok());
-        emit(&mut o, &v.to_string())?;
-    } else {
-        emit(
-            &mut o,
-            &format!(
-                "{} active records, {} indexed documents: {}",
-                health.active_records,
-                health.indexed_documents,
-                if health.is_ok() {
-                    "consistent"
-                } else {
-                    "INCONSISTENT (run lessons doctor --repair)"
-                }
-            ),
-        )?;
-        for id in &health.missing_from_index {
-            emit(&mut o, &format!("missing from the index: {id}"))?;
-        }
-        for p in &health.problems {
-            emit(&mut o, &format!("problem: {p}"))?;
-        }
-    }
-    o.flush()?;
-    Ok(if health.is_ok() {
-        Outcome::Ok
-    } else {
-        Outcome::Found
-    })
-}
-
-fn salvage(cli: &Cli, to: &Path) -> Result<Outcome, Failure> {
-    let from = store_dir(cli);
-    let report = lessons::store::salvage(&from, to).map_err(fail)?;
-    let mut o = out();
-    if cli.json {
-        let v = serde_json::to_value(&report).map_err(|e| Failure::Usage(e.to_string()))?;
-        emit(&mut o, &v.to_string())?;
-    } else {
-        emit(
-            &mut o,
-            &format!(
-                "salvaged {} records into {} ({} read through the tables, {} record versions from whole journal batches, {} unreadable)",
-                report.copied,
-                to.display(),
-                report.from_tables,
-                report.from_journal,
-                report.unreadable
-            ),
-        )?;
-        for j in &report.damaged_journals {
-            emit(&mut o, &format!("damaged journal: {j}"))?;
-        }
-        if let Some(e) = &report.tables_error {
-            emit(&mut o, &format!("tables not read: {e}"))?;
-        }
-        if report.journal_missing {
-            emit(
-                &mut o,
-                "the journal was missing: writes after the last flush could not be read",
-            )?;
-        }
-        emit(
-            &mut o,
-            &format!(
-                "check it with `lessons --store {} doctor`, then move it into place of {}",
-                to.display(),
-                from.display()
-            ),
-        )?;
-    }
-    o.flush()?;
-    Ok(Outcome::Ok)
-}
-
-/// Arguments of `lessons stats`.
-#[derive(Debug, Args)]
-pub struct StatsArgs {
-    /// How far back: `1d` is today (UTC), `7d` the last seven days.
-    #[arg(long, default_value = "1d")]
-    pub since: String,
-}
-
-/// `Nd` → the first day counted.
-fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
-    let n: i64 = since
-        .strip_suffix('d')
-        .and_then(|n| n.parse().ok())
-        .filter(|n| (1..=36_500).contains(n))
-        .ok_or_else(|| {
-            Failure::Usage(format!(
-                "--since takes a number of days like 1d or 7d, not {since:?}"
-            ))
-        })?;
-    Ok(today - (n - 1))
-}
-
-/// One day of one scope as a person reads it.
-pub fn human_day(d: &DayStats) -> String {
-    format!("{} {}: {}", d.day, d.scope_key, d.counters.line(true))
-}
-
-pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
-    let today = day_of((system_clock())());
-    let since = parse_since(&args.since, today)?;
-    let handle = open_handle(cli, false)?;
-    let store = handle.store();
-    let days = store.stats(since).map_err(fail)?;
-    let mut o = out();
-    if cli.json {
-        emit(&mut o, &json!({ "days": days }).to_string())?;
-    } else if days.is_empty() {
-        emit(&mut o, "no activity in that period")?;
-    } else {
-        for d in &days {
-            emit(&mut o, &human_day(d))?;
-        }
-    }
-    o.flush()?;
-    Ok(Outcome::Ok)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -757,14 +528,6 @@ mod tests {
             Some("org:acme")
         );
         assert!(ScopeFlags::default().one().is_err());
-    }
-
-    #[test]
-    fn since_counts_whole_days_back_from_today() {
-        assert_eq!(parse_since("1d", 100).ok(), Some(100));
-        assert_eq!(parse_since("7d", 100).ok(), Some(94));
-        assert!(parse_since("0d", 100).is_err());
-        assert!(parse_since("week", 100).is_err());
     }
 
     #[test]
