@@ -2,7 +2,6 @@
 //! (Over 600 lines: the wire types and their validators are one contract — every bound the wire
 //! checks is here once — and about 100 lines of tests follow them.)
 //!
-//!
 //! JSON names are the memory Worker's (camelCase); optional fields are omitted, never `null`.
 //! Lengths that the wire limits are counted in UTF-16 code units, as the reference counts them.
 //!

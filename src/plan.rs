@@ -2,7 +2,6 @@
 //! (Over 600 lines: about 360 are the rules, the rest are their tests, one per rule, kept beside
 //! the rules they pin.)
 //!
-//!
 //! Planning is two pure steps around one read:
 //! 1. [`needs`] says which records the candidates can touch (the ids they point at, the
 //!    normalized texts they can dedup on, how much of the eviction order can matter);

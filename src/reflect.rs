@@ -2,7 +2,6 @@
 //! (Over 600 lines: the prompt, the reply parser and the router share the shown-set handles and
 //! are tested together; about 260 lines are tests.)
 //!
-//!
 //! After a run, one model call reads the transcript tail and the records the run was shown, and
 //! answers JSON: at most five facts (lessons: what fails or surprises, why, what to do), each
 //! with an audience and optionally a pointer (`supersedes` a contradicted shown record,

@@ -5,6 +5,9 @@
 //! `[memory]` warning (through the `log` facade). Writes, lists, forgets and sweeps fail with an error naming the status and
 //! the server's message. Routes an older server lacks answer 404, reported as unsupported.
 
+// Data from disk and the network flows through here: no indexing or expect that could panic.
+#![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
+
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -131,14 +134,16 @@ impl MemoryStore for RemoteStore {
         candidates: &[Candidate],
         options: &WriteOptions,
     ) -> Result<WriteCounts> {
-        let mut body = json!({"scopeKey": scope, "records": candidates});
+        let mut body = serde_json::Map::new();
+        body.insert("scopeKey".into(), json!(scope));
+        body.insert("records".into(), json!(candidates));
         if let Some(cap) = options.cap {
-            body["cap"] = json!(cap);
+            body.insert("cap".into(), json!(cap));
         }
         if let Some(tally) = &options.tally {
-            body["tally"] = json!(tally);
+            body.insert("tally".into(), json!(tally));
         }
-        let v = self.post("/write", &body)?;
+        let v = self.post("/write", &Value::Object(body))?;
         Ok(WriteCounts {
             inserted: count(&v, "inserted"),
             deduped: count(&v, "deduped"),
@@ -149,14 +154,16 @@ impl MemoryStore for RemoteStore {
     }
 
     fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
-        let mut body = json!({"scopeKey": scope, "limit": query.limit});
+        let mut body = serde_json::Map::new();
+        body.insert("scopeKey".into(), json!(scope));
+        body.insert("limit".into(), json!(query.limit));
         if let Some(kind) = query.kind {
-            body["kind"] = json!(kind.as_str());
+            body.insert("kind".into(), json!(kind.as_str()));
         }
         if let Some(q) = &query.query {
-            body["query"] = json!(q);
+            body.insert("query".into(), json!(q));
         }
-        Self::records(&self.post("/list", &body)?, "records")
+        Self::records(&self.post("/list", &Value::Object(body))?, "records")
     }
 
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {

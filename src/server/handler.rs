@@ -288,10 +288,13 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, Str
             for w in &ctx.warnings {
                 log::warn!("{w}");
             }
-            let mut answer = json!({"kept": ctx.records.len(), "fromWindow": ctx.from_window});
+            let mut answer = serde_json::Map::new();
+            answer.insert("kept".into(), json!(ctx.records.len()));
+            answer.insert("fromWindow".into(), json!(ctx.from_window));
             if let Some(block) = ctx.block {
-                answer["block"] = Value::String(block);
+                answer.insert("block".into(), Value::String(block));
             }
+            let answer = Value::Object(answer);
             (
                 answer,
                 format!(

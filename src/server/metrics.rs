@@ -32,9 +32,9 @@ impl Metrics {
     pub(super) fn observe(&mut self, route: &str, status: u16, seconds: f64) {
         *self.requests.entry((route.to_owned(), status)).or_default() += 1;
         let h = self.latency.entry(route.to_owned()).or_default();
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if seconds <= *bound {
-                h.counts[i] += 1;
+        for (count, bound) in h.counts.iter_mut().zip(BUCKETS) {
+            if seconds <= bound {
+                *count += 1;
             }
         }
         h.count += 1;

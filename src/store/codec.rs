@@ -115,6 +115,12 @@ fn ordered(v: i64) -> [u8; 8] {
 }
 
 /// The last 8 bytes of a key as a big-endian sequence number.
+/// The scope part of a scope-prefixed key: the bytes before its first NUL (`None` without one).
+pub fn scope_bytes(key: &[u8]) -> Option<&[u8]> {
+    let nul = key.iter().position(|&b| b == 0)?;
+    key.get(..nul)
+}
+
 pub fn trailing_seq(key: &[u8]) -> Option<u64> {
     let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
     Some(u64::from_be_bytes(tail))

@@ -197,8 +197,9 @@ impl<'a> Reader<'a> {
     }
 
     fn u16(&mut self) -> Result<u16, Failure> {
-        let b = self.take(2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
+        let mut a = [0u8; 2];
+        a.copy_from_slice(self.take(2)?);
+        Ok(u16::from_le_bytes(a))
     }
 
     fn u32(&mut self) -> Result<u32, Failure> {

@@ -152,7 +152,7 @@ impl MemoryStore for InMemoryStore {
             .collect();
         if active.len() > cap {
             active.sort_unstable();
-            for &(_, _, seq) in &active[..active.len() - cap] {
+            for &(_, _, seq) in active.iter().take(active.len() - cap) {
                 if let Some(r) = records.get_mut(&seq) {
                     r.status = Status::Evicted;
                     counts.evicted += 1;

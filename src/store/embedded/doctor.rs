@@ -58,11 +58,10 @@ impl Shared {
         }
         for g in snapshot.iter(&self.ks.norms) {
             let k = g.key().map_err(st("reading the dedup index"))?;
-            let (Some(seq), Some(nul)) = (codec::trailing_seq(&k), k.iter().position(|&b| b == 0))
-            else {
+            let (Some(seq), Some(scope)) = (codec::trailing_seq(&k), codec::scope_bytes(&k)) else {
                 continue;
             };
-            let Some(scope) = std::str::from_utf8(&k[..nul])
+            let Some(scope) = std::str::from_utf8(scope)
                 .ok()
                 .and_then(|n| ScopeKey::parse(n).ok())
             else {

@@ -444,8 +444,9 @@ impl Shared {
         }
         let mut summaries = 0;
         for insert in &plan.inserts {
-            let c = &valid[insert.candidate];
-            let Some(touched) = plan.touched.get(&insert.seq) else {
+            let (Some(c), Some(touched)) =
+                (valid.get(insert.candidate), plan.touched.get(&insert.seq))
+            else {
                 continue;
             };
             let r = Record {

@@ -126,19 +126,19 @@ impl Shared {
                     break;
                 };
                 let k = g.key().map_err(st("reading records"))?;
-                let Some(nul) = k.iter().position(|&b| b == 0) else {
+                let Some(scope) = codec::scope_bytes(&k) else {
                     return Err(Error::new(
                         ErrorKind::Damaged,
                         "a record key holds no scope separator",
                     ));
                 };
-                let name = std::str::from_utf8(&k[..nul]).map_err(|_| {
+                let name = std::str::from_utf8(scope).map_err(|_| {
                     Error::new(ErrorKind::Damaged, "a record key's scope is not UTF-8")
                 })?;
                 out.insert(ScopeKey::parse(name).map_err(|e| {
                     Error::new(ErrorKind::Damaged, format!("a record key's scope: {e}"))
                 })?);
-                from = k[..nul].to_vec();
+                from = scope.to_vec();
                 from.push(1);
             }
         }
