@@ -277,6 +277,7 @@ fn parse_batch(bytes: &[u8], pos: usize) -> Result<(Batch, usize), Failure> {
 /// Refuses a records directory whose journals fjall would silently cut, or whose journal is
 /// missing. `store` names the store in the message.
 pub fn check_before_open(store: &Path, records: &Path) -> Result<()> {
+    finish_interrupted_creation(store, records)?;
     if !records.join("version").exists() {
         return Ok(()); // a new store
     }
@@ -309,6 +310,47 @@ pub fn check_before_open(store: &Path, records: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// fjall writes its version marker last when it creates a database, so a `records/` directory
+/// without a whole marker is a creation that was cut short (a crash during the first open). No
+/// write can have been acknowledged in it, so it is removed and created again, but only when it
+/// holds no data at all: a marker deleted from a store that holds records is damage, refused.
+fn finish_interrupted_creation(store: &Path, records: &Path) -> Result<()> {
+    let marker = records.join("version");
+    let whole = std::fs::metadata(&marker).is_ok_and(|m| m.len() >= 4);
+    if whole || !records.exists() {
+        return Ok(());
+    }
+    let mut has_data = false;
+    for (_, path) in journal_files(records)? {
+        let scan = scan_file(&path, true)?;
+        has_data |= !scan.batches.is_empty() || scan.damage.is_some();
+    }
+    if let Ok(entries) = std::fs::read_dir(records.join("keyspaces")) {
+        for ks in entries.flatten() {
+            if std::fs::read_dir(ks.path().join("tables")).is_ok_and(|mut t| t.next().is_some()) {
+                has_data = true;
+            }
+        }
+    }
+    if has_data {
+        return Err(Error::new(
+            ErrorKind::Damaged,
+            format!(
+                "the store {} has records but its version marker {} is missing or cut short. Nothing was changed. Run `lessons --store {} doctor --salvage NEW_DIR` to copy every readable record into a new store",
+                store.display(),
+                marker.display(),
+                store.display()
+            ),
+        ));
+    }
+    log::warn!(
+        "[store] {}: its creation was interrupted before it held anything; creating it again",
+        store.display()
+    );
+    std::fs::remove_dir_all(records)
+        .map_err(|e| Error::io(format!("removing the unfinished {}", records.display()), e))
 }
 
 #[cfg(test)]

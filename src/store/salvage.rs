@@ -47,9 +47,9 @@ pub struct SalvageReport {
 /// not exist or be empty. `from` is only read (and locked while it is read).
 pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     let records = from.join("records");
-    if !records.join("version").exists() {
+    if !records.is_dir() {
         return Err(Error::invalid(format!(
-            "{} holds no store to salvage (no records/version)",
+            "{} holds no store to salvage (no records/ directory)",
             from.display()
         )));
     }
@@ -68,9 +68,16 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     let work = to.join(".salvage-work");
     let work_records = work.join("records");
     copy_dir(&records, &work_records)?;
-    // fjall opens an existing database only through its lock file, which the copy leaves out.
+    // fjall opens an existing database only through its lock file, which the copy leaves out,
+    // and recovers (rather than creates) only when its version marker is whole: fjall 3's is
+    // its magic bytes and format version 3.
     std::fs::write(work_records.join("lock"), [])
         .map_err(|e| Error::io("creating the work copy's lock file", e))?;
+    let marker = work_records.join("version");
+    if !std::fs::metadata(&marker).is_ok_and(|m| m.len() >= 4) {
+        std::fs::write(&marker, b"FJL\x03")
+            .map_err(|e| Error::io("writing the work copy's version marker", e))?;
+    }
 
     let mut report = SalvageReport::default();
     let mut from_journal: Vec<journal::Batch> = Vec::new();

@@ -365,3 +365,40 @@ fn a_damaged_table_gives_a_plain_error_and_salvage_reads_around_it() {
         "every record is still in the journal: {report:?}"
     );
 }
+
+#[test]
+fn a_creation_cut_short_is_created_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // What a kill between fjall's first files and its version marker leaves behind: the lock
+    // file, the keyspaces folder and an empty (preallocated) journal.
+    let records = dir.path().join("records");
+    std::fs::create_dir_all(records.join("keyspaces")).expect("keyspaces");
+    std::fs::write(records.join("lock"), b"").expect("lock");
+    std::fs::write(records.join("0.jnl"), vec![0u8; 4096]).expect("journal");
+    assert!(
+        EmbeddedStore::open(dir.path()).is_ok(),
+        "an empty half-created store is recreated"
+    );
+    let store = EmbeddedStore::open(dir.path()).expect("an empty half-created store is recreated");
+    let s = scope("repo:acme/app");
+    write_facts(&store, &s, 0, 2);
+    assert_eq!(all_records(&store).len(), 2);
+}
+
+#[test]
+fn a_missing_version_marker_on_a_store_with_records_is_refused_and_salvaged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:acme/app");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_facts(&store, &s, 0, 12);
+        store.close().expect("close");
+    }
+    std::fs::remove_file(dir.path().join("records/version")).expect("remove the marker");
+    let err = EmbeddedStore::open(dir.path()).err().expect("refused");
+    assert_eq!(err.kind(), ErrorKind::Damaged, "{err}");
+    assert!(err.message().contains("version marker"), "{err}");
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert_eq!(report.copied, 12, "{report:?}");
+}
