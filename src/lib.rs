@@ -53,6 +53,8 @@
 //! - [`context`]: which records does a run see, and exactly what bytes?
 //! - [`reflect`]: the extractor's prompt, reading its reply, routing facts to scopes.
 //! - [`memory`]: what a bot calls per run, in order, against a store.
+//! - [`review`]: the week's verdict: the three signals and their evidence.
+//! - [`decisions`]: the decision journal: what the store decided about each fact, as evidence.
 //! - `server` (feature `server`): the memory Worker's HTTP wire contract over one store
 //!   (`lessons serve`).
 //! - `remote` (feature `remote`): the store contract over that wire (`remote::RemoteStore`).
@@ -64,6 +66,7 @@
 #![forbid(unsafe_code)]
 
 pub mod context;
+pub mod decisions;
 mod error;
 #[cfg(feature = "__fuzzing")]
 #[doc(hidden)]
@@ -78,12 +81,14 @@ pub mod redact;
 pub mod reflect;
 #[cfg(feature = "remote")]
 pub mod remote;
+pub mod review;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod store;
 pub mod text;
 
 pub use context::{ContextConfig, RunScopes};
+pub use decisions::{Decision, DecisionEvent, DecisionQuery};
 pub use error::{Error, ErrorKind, Result};
 pub use gate::{rejection_markers, Marker};
 pub use model::{Candidate, Kind, Record, ScopeKey, Status, WriteCounts};

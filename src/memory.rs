@@ -162,10 +162,17 @@ pub fn reflect(
     if tally.as_ref().is_some_and(|t| t.offered > 0) {
         writes.entry(home.clone()).or_default();
     }
+    let mut rejected = Some(reflection.rejected.clone());
     for (scope, candidates) in writes {
+        let home_write = scope == home;
         let options = WriteOptions {
             cap: None,
-            tally: if scope == home { tally.take() } else { None },
+            tally: if home_write { tally.take() } else { None },
+            rejected: if home_write {
+                rejected.take().unwrap_or_default()
+            } else {
+                Vec::new()
+            },
         };
         let c = store.write(&scope, &candidates, &options)?;
         outcome.inserted += c.inserted;

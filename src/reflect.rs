@@ -181,6 +181,8 @@ pub struct Reflection {
     pub summary: Option<ExtractedSummary>,
     /// Facts in the reply (`offered`) and what the gate rejected of them.
     pub tally: Tally,
+    /// The rejected facts themselves (secrets redacted), for the decision journal.
+    pub rejected: Vec<crate::decisions::RejectedFact>,
     /// Facts dropped for being empty, unsure (confidence below 0.6) or malformed.
     pub dropped: u64,
     /// Why nothing was read from the reply, when nothing was.
@@ -301,12 +303,16 @@ pub fn parse_reflection(reply: &str, shown: &[Shown]) -> Reflection {
         let markers = rejection_markers(&text);
         if !markers.is_empty() {
             out.tally.rejected += 1;
-            for m in markers {
+            for m in &markers {
                 *out.tally
                     .rejected_by
                     .entry(m.name().to_owned())
                     .or_default() += 1;
             }
+            out.rejected.push(crate::decisions::RejectedFact {
+                text: crate::redact::redact_secrets(&text),
+                markers: markers.iter().map(|m| m.name().to_owned()).collect(),
+            });
             continue;
         }
         out.facts.push(ExtractedFact {

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::decisions::{Decision, DecisionQuery};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Candidate, Record, ScopeKey, WriteCounts};
 use crate::store::{DayStats, ImportReport, ListQuery, MemoryStore, SweepReceipt, WriteOptions};
@@ -72,6 +73,53 @@ impl RemoteStore {
         }
         req.send(body.to_string().as_bytes())
             .map_err(|e| Error::new(ErrorKind::Remote, format!("POST {route}: {e}")))
+    }
+
+    /// Reads `/export`'s streamed answer, handing each element of the array `field` to `sink`
+    /// as it is parsed.
+    fn stream_export(
+        &self,
+        field: &'static str,
+        sink: &mut dyn FnMut(Value) -> Result<()>,
+    ) -> Result<()> {
+        let mut resp = self.send("/export", &json!({}))?;
+        if resp.status().as_u16() != 200 {
+            // Error answers are small: read and report them as every route does.
+            let status = resp.status().as_u16();
+            let text = resp
+                .body_mut()
+                .with_config()
+                .limit(1 << 20)
+                .read_to_string()
+                .unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::Remote,
+                format!(
+                    "POST /export answered {status}: {}",
+                    text.chars().take(200).collect::<String>()
+                ),
+            ));
+        }
+        let reader = resp.into_body().into_reader();
+        let mut failed: Option<Error> = None;
+        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
+        let parsed = serde::de::DeserializeSeed::deserialize(
+            ExportSeed {
+                field,
+                sink,
+                failed: &mut failed,
+            },
+            &mut de,
+        );
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        parsed.map_err(|e| {
+            Error::new(
+                ErrorKind::Remote,
+                format!("the server's export does not parse (cut short?): {e}"),
+            )
+        })
     }
 
     fn post(&self, route: &str, body: &Value) -> Result<Value> {
@@ -142,6 +190,9 @@ impl MemoryStore for RemoteStore {
         }
         if let Some(tally) = &options.tally {
             body.insert("tally".into(), json!(tally));
+        }
+        if !options.rejected.is_empty() {
+            body.insert("rejected".into(), json!(options.rejected));
         }
         let v = self.post("/write", &Value::Object(body))?;
         Ok(WriteCounts {
@@ -230,42 +281,14 @@ impl MemoryStore for RemoteStore {
     /// Streams: each record goes to `sink` as it is parsed from the answer, so an export of
     /// any size needs memory for one record.
     fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
-        let mut resp = self.send("/export", &json!({}))?;
-        if resp.status().as_u16() != 200 {
-            // Error answers are small: read and report them as every route does.
-            let status = resp.status().as_u16();
-            let text = resp
-                .body_mut()
-                .with_config()
-                .limit(1 << 20)
-                .read_to_string()
-                .unwrap_or_default();
-            return Err(Error::new(
-                ErrorKind::Remote,
-                format!(
-                    "POST /export answered {status}: {}",
-                    text.chars().take(200).collect::<String>()
-                ),
-            ));
-        }
-        let reader = resp.into_body().into_reader();
-        let mut failed: Option<Error> = None;
-        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
-        let parsed = serde::de::DeserializeSeed::deserialize(
-            ExportSeed {
-                sink,
-                failed: &mut failed,
-            },
-            &mut de,
-        );
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        parsed.map_err(|e| {
-            Error::new(
-                ErrorKind::Remote,
-                format!("the server's export does not parse (cut short?): {e}"),
-            )
+        self.stream_export("records", &mut |v| {
+            let r: Record = serde_json::from_value(v).map_err(|e| {
+                Error::new(
+                    ErrorKind::Remote,
+                    format!("an exported record does not parse: {e}"),
+                )
+            })?;
+            sink(r)
         })
     }
 
@@ -308,6 +331,67 @@ impl MemoryStore for RemoteStore {
         Ok(report)
     }
 
+    fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
+        let mut body = serde_json::Map::new();
+        body.insert("scopeKey".into(), json!(scope));
+        body.insert("limit".into(), json!(query.limit));
+        if query.since != i64::MIN {
+            body.insert("since".into(), json!(query.since));
+        }
+        if !query.events.is_empty() {
+            body.insert("events".into(), json!(query.events));
+        }
+        let v = self.post("/journal", &Value::Object(body))?;
+        serde_json::from_value(v.get("decisions").cloned().unwrap_or(Value::Null)).map_err(|e| {
+            Error::new(
+                ErrorKind::Remote,
+                format!("the server's decisions do not parse: {e}"),
+            )
+        })
+    }
+
+    fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
+        self.stream_export("decisions", &mut |v| {
+            let d: Decision = serde_json::from_value(v).map_err(|e| {
+                Error::new(
+                    ErrorKind::Remote,
+                    format!("an exported decision does not parse: {e}"),
+                )
+            })?;
+            sink(d)
+        })
+    }
+
+    fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {
+        const BUDGET: usize = crate::model::MAX_BODY_BYTES - 16 * 1024;
+        let mut added = 0;
+        let mut chunk: Vec<&Decision> = Vec::new();
+        let mut size = 0;
+        let flush = |chunk: &mut Vec<&Decision>, added: &mut u64| -> Result<()> {
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let v = self.post("/import", &json!({ "records": [], "decisions": chunk }))?;
+            *added += count(&v, "decisions");
+            chunk.clear();
+            Ok(())
+        };
+        for d in entries {
+            let n = serde_json::to_vec(d)
+                .map_err(|e| Error::format(e.to_string()))?
+                .len()
+                + 1;
+            if size + n > BUDGET || chunk.len() == crate::model::MAX_IMPORT {
+                flush(&mut chunk, &mut added)?;
+                size = 0;
+            }
+            chunk.push(d);
+            size += n;
+        }
+        flush(&mut chunk, &mut added)?;
+        Ok(added)
+    }
+
     fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
         let v = self.post("/stats", &json!({ "since": since }))?;
         serde_json::from_value(v.get("days").cloned().unwrap_or(Value::Null)).map_err(|e| {
@@ -321,7 +405,8 @@ impl MemoryStore for RemoteStore {
 
 /// Parses `{"records": [ … ]}` handing each record to the sink as it arrives.
 struct ExportSeed<'a, 'b> {
-    sink: &'a mut dyn FnMut(Record) -> Result<()>,
+    field: &'static str,
+    sink: &'a mut dyn FnMut(Value) -> Result<()>,
     failed: &'b mut Option<Error>,
 }
 
@@ -337,16 +422,20 @@ impl<'de> serde::de::Visitor<'de> for ExportSeed<'_, '_> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an object with a records array")
+        f.write_str("an object with an array of records or decisions")
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(
         self,
         mut map: A,
     ) -> std::result::Result<(), A::Error> {
-        let ExportSeed { sink, failed } = self;
+        let ExportSeed {
+            field,
+            sink,
+            failed,
+        } = self;
         while let Some(key) = map.next_key::<String>()? {
-            if key == "records" {
+            if key == field {
                 map.next_value_seed(RecordsSeed {
                     sink: &mut *sink,
                     failed: &mut *failed,
@@ -360,7 +449,7 @@ impl<'de> serde::de::Visitor<'de> for ExportSeed<'_, '_> {
 }
 
 struct RecordsSeed<'a, 'b> {
-    sink: &'a mut dyn FnMut(Record) -> Result<()>,
+    sink: &'a mut dyn FnMut(Value) -> Result<()>,
     failed: &'b mut Option<Error>,
 }
 
@@ -376,14 +465,14 @@ impl<'de> serde::de::Visitor<'de> for RecordsSeed<'_, '_> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an array of records")
+        f.write_str("an array")
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(
         self,
         mut seq: A,
     ) -> std::result::Result<(), A::Error> {
-        while let Some(r) = seq.next_element::<Record>()? {
+        while let Some(r) = seq.next_element::<Value>()? {
             if let Err(e) = (self.sink)(r) {
                 *self.failed = Some(e);
                 return Err(serde::de::Error::custom("the export's consumer stopped"));

@@ -53,6 +53,7 @@ fn child(dir: &str, start: u64) {
         let options = WriteOptions {
             cap: Some(10_000),
             tally: None,
+            rejected: Vec::new(),
         };
         store
             .write(&repo(), &reflection(i), &options)

@@ -29,6 +29,17 @@ pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
             Ok(())
         })
         .map_err(|e| failure.take().unwrap_or_else(|| fail(e)))?;
+    // Then the decision journal, one `{"decision": …}` line per entry.
+    store
+        .export_decisions(&mut |d| {
+            let line = json!({ "decision": d }).to_string();
+            if let Err(f) = emit(&mut o, &line) {
+                failure = Some(f);
+                return Err(lessons::Error::new(lessons::ErrorKind::Io, "stdout closed"));
+            }
+            Ok(())
+        })
+        .map_err(|e| failure.take().unwrap_or_else(|| fail(e)))?;
     o.flush()?;
     Ok(Outcome::Ok)
 }
@@ -36,7 +47,8 @@ pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
 /// Arguments of `lessons import`.
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// A JSON Lines file of whole records (as `export` writes); stdin when absent.
+    /// A JSON Lines file of whole records and `{"decision": …}` journal entries (as `export`
+    /// writes); stdin when absent.
     pub file: Option<PathBuf>,
 }
 
@@ -48,9 +60,23 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
         None => Box::new(io::BufReader::new(io::stdin())),
     };
     let mut records = Vec::new();
+    let mut decisions = Vec::new();
     for (n, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
         if line.trim().is_empty() {
+            continue;
+        }
+        if line.trim_start().starts_with("{\"decision\"") {
+            #[derive(serde::Deserialize)]
+            struct Line {
+                decision: lessons::Decision,
+            }
+            let l: Line = serde_json::from_str(&line)
+                .map_err(|e| Failure::Usage(format!("line {}: not a journal entry: {e}", n + 1)))?;
+            l.decision
+                .validate()
+                .map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
+            decisions.push(l.decision);
             continue;
         }
         let r: Record = serde_json::from_str(&line)
@@ -62,19 +88,20 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     let handle = open_handle(cli, true)?;
     let store = handle.store();
     let report = store.import(&records).map_err(fail)?;
+    let journaled = store.import_decisions(&decisions).map_err(fail)?;
     handle.close()?;
     let mut o = out();
     if cli.json {
         emit(
             &mut o,
-            &json!({"ok": true, "imported": report.imported, "skipped": report.skipped})
+            &json!({"ok": true, "imported": report.imported, "skipped": report.skipped, "decisions": journaled})
                 .to_string(),
         )?;
     } else {
         emit(
             &mut o,
             &format!(
-                "imported {}, skipped {} already present",
+                "imported {}, skipped {} already present; {journaled} journal entries",
                 report.imported, report.skipped
             ),
         )?;
@@ -202,7 +229,7 @@ pub struct StatsArgs {
 }
 
 /// `Nd` → the first day counted.
-fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
+pub(super) fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
     let n: i64 = since
         .strip_suffix('d')
         .and_then(|n| n.parse().ok())

@@ -3,6 +3,7 @@
 
 mod admin_cmds;
 mod gate;
+mod review_cmds;
 mod run_cmds;
 mod serve;
 mod store_cmds;
@@ -63,6 +64,10 @@ pub enum Command {
     Import(admin_cmds::ImportArgs),
     /// Check that the keyword index agrees with the records; --repair rebuilds it.
     Doctor(admin_cmds::DoctorArgs),
+    /// The decision journal of a scope, newest first: what was rejected, restated, merged, evicted.
+    Journal(review_cmds::JournalArgs),
+    /// The week's verdict: inserted per day, rejected share, restated vs inserted (exit 1 if any fires).
+    Review(review_cmds::ReviewArgs),
     /// What happened per scope per day: offered, rejected, restated, inserted, deduped, ...
     Stats(admin_cmds::StatsArgs),
     /// The system-prompt block a run gets: the repository's newest lessons, then keyword hits.
@@ -158,6 +163,8 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Import(args) => admin_cmds::import(&cli, args),
         Command::Doctor(args) => admin_cmds::doctor(&cli, args),
         Command::Stats(args) => admin_cmds::stats(&cli, args),
+        Command::Journal(args) => review_cmds::journal(&cli, args),
+        Command::Review(args) => review_cmds::review(&cli, args),
         Command::Context(args) => run_cmds::context(&cli, args),
         Command::Prompt(args) => run_cmds::prompt(&cli, args),
         Command::Reflect(args) => run_cmds::reflect_cmd(&cli, args),

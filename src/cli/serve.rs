@@ -81,7 +81,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     };
     let context = context_config(cli)?;
     let store = Arc::new(open_store(cli, true)?);
-    let state = AppState::new(store.clone(), auth, context);
+    let review = super::store_cmds::Config::load(cli.config.as_deref())?.review();
+    let state = AppState::with_review(store.clone(), auth, context, review);
     let runtime = lessons::server::runtime()
         .map_err(|e| Failure::Usage(format!("starting the runtime: {e}")))?;
     let dir = store_dir(cli);

@@ -122,6 +122,30 @@ pub struct Config {
     pub max_tokens: Option<usize>,
     /// Newest repository facts in every run's block (default 24; 0: search the repository).
     pub repo_window: Option<usize>,
+    /// Days decision-journal entries are kept (default 90).
+    pub journal_days: Option<u32>,
+    /// Decision-journal entries kept per scope (default 10,000).
+    pub journal_cap: Option<usize>,
+    /// `lessons review`: inserted facts per repository per day above which it fires (40).
+    pub review_max_inserted_per_day: Option<f64>,
+    /// `lessons review`: rejected ÷ offered above which it fires (0.1).
+    pub review_max_rejected_ratio: Option<f64>,
+}
+
+impl Config {
+    /// The review's thresholds, with this file's overrides.
+    pub fn review(&self) -> lessons::review::Thresholds {
+        let d = lessons::review::Thresholds::default();
+        lessons::review::Thresholds {
+            max_inserted_per_day: self
+                .review_max_inserted_per_day
+                .unwrap_or(d.max_inserted_per_day),
+            max_rejected_ratio: self
+                .review_max_rejected_ratio
+                .unwrap_or(d.max_rejected_ratio),
+            window: self.repo_window.unwrap_or(d.window),
+        }
+    }
 }
 
 impl Config {
@@ -158,6 +182,16 @@ pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
     }
     let config = Config::load(cli.config.as_deref())?;
     let mut b: EmbeddedStoreBuilder = EmbeddedStore::builder().clock(system_clock());
+    if config.journal_days.is_some() || config.journal_cap.is_some() {
+        b = b.journal(
+            config
+                .journal_days
+                .unwrap_or(lessons::decisions::DEFAULT_JOURNAL_DAYS),
+            config
+                .journal_cap
+                .unwrap_or(lessons::decisions::DEFAULT_JOURNAL_CAP),
+        );
+    }
     if let Some(cap) = config.cap {
         b = b.cap(cap);
     }
@@ -302,7 +336,7 @@ pub fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
     let store = handle.store();
     let options = WriteOptions {
         cap: args.cap,
-        tally: None,
+        ..WriteOptions::default()
     };
     let c = store.write(&scope, &candidates, &options).map_err(fail)?;
     handle.close()?;

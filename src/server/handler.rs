@@ -219,8 +219,17 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, Str
             records,
             cap,
             tally,
+            rejected,
         } => {
-            let c = store.write(&scope, &records, &WriteOptions { cap, tally })?;
+            let c = store.write(
+                &scope,
+                &records,
+                &WriteOptions {
+                    cap,
+                    tally,
+                    rejected,
+                },
+            )?;
             let log = format!(
                 "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
                 c.inserted, c.deduped, c.restated, c.superseded, c.evicted
@@ -271,11 +280,67 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, Str
             let n = records.len();
             (json!({ "records": records }), format!("records={n}"))
         }
-        Body::Import { records } => {
-            let r = store.import(&records)?;
+        Body::Journal { scope, query } => {
+            let decisions = store.decisions(&scope, &query)?;
+            let log = format!("{scope} decisions={}", decisions.len());
+            (json!({ "decisions": decisions }), log)
+        }
+        Body::Review { days, scope } => {
+            let r = crate::review::review(
+                store,
+                days,
+                scope.as_ref(),
+                system_clock()(),
+                &state.review,
+            )?;
+            let log = format!("days={days} fired={}", r.fired.len());
             (
-                json!({"ok": true, "imported": r.imported, "skipped": r.skipped}),
-                format!("imported={} skipped={}", r.imported, r.skipped),
+                serde_json::to_value(&r).map_err(|e| crate::Error::format(e.to_string()))?,
+                log,
+            )
+        }
+        Body::Window { scope } => {
+            let records = store.list(
+                &scope,
+                &crate::store::ListQuery::window(state.context.repo_window.max(1)),
+            )?;
+            let pairs: Vec<(&str, &str)> = records
+                .iter()
+                .map(|r| (r.text.as_str(), r.source_thread_key.as_str()))
+                .collect();
+            let block = crate::context::render_block(
+                scope.as_str(),
+                &pairs,
+                state.context.limit,
+                state.context.max_tokens,
+            );
+            let mut answer = serde_json::Map::new();
+            answer.insert("records".into(), json!(records));
+            if let Some(b) = block {
+                answer.insert("kept".into(), json!(b.kept));
+                answer.insert("block".into(), Value::String(b.text));
+            } else {
+                answer.insert("kept".into(), json!(0));
+            }
+            (Value::Object(answer), format!("{scope} window"))
+        }
+        Body::Import { records, decisions } => {
+            let r = store.import(&records)?;
+            let journaled = store.import_decisions(&decisions)?;
+            let mut answer = serde_json::Map::new();
+            answer.insert("ok".into(), json!(true));
+            answer.insert("imported".into(), json!(r.imported));
+            answer.insert("skipped".into(), json!(r.skipped));
+            if journaled > 0 {
+                answer.insert("decisions".into(), json!(journaled));
+            }
+            let answer = Value::Object(answer);
+            (
+                answer,
+                format!(
+                    "imported={} skipped={} decisions={journaled}",
+                    r.imported, r.skipped
+                ),
             )
         }
         Body::Stats { since } => {
@@ -384,6 +449,25 @@ pub(super) fn export_response(state: &Arc<AppState>) -> (Response, Option<String
                         .map_err(|_| crate::Error::invalid("the reader went away"))?;
                 }
                 Ok(())
+            });
+            // Then the decision journal, in the same answer.
+            let result = result.and_then(|()| {
+                chunk.extend_from_slice(b"],\"decisions\":[");
+                let mut first = true;
+                worker.store.export_decisions(&mut |d| {
+                    if !first {
+                        chunk.push(b',');
+                    }
+                    first = false;
+                    serde_json::to_writer(&mut chunk, &d)
+                        .map_err(|e| crate::Error::format(e.to_string()))?;
+                    if chunk.len() >= 64 * 1024 {
+                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(64 * 1024));
+                        tx.blocking_send(Ok(Bytes::from(full)))
+                            .map_err(|_| crate::Error::invalid("the reader went away"))?;
+                    }
+                    Ok(())
+                })
             });
             match result {
                 Ok(()) => {

@@ -53,6 +53,8 @@ pub struct AppState {
     store: Arc<dyn MemoryStore>,
     auth: Auth,
     context: ContextConfig,
+    /// The review's thresholds (`/review`).
+    pub(crate) review: crate::review::Thresholds,
     commit: String,
     metrics: Mutex<Metrics>,
     /// Set when the store failed at the disk: `/healthz` answers 503 from then on and the
@@ -81,10 +83,21 @@ pub enum ServeEnd {
 impl AppState {
     /// A server over `store`.
     pub fn new(store: Arc<dyn MemoryStore>, auth: Auth, context: ContextConfig) -> Arc<AppState> {
+        AppState::with_review(store, auth, context, crate::review::Thresholds::default())
+    }
+
+    /// A server over `store` whose `/review` holds the signals against `review`.
+    pub fn with_review(
+        store: Arc<dyn MemoryStore>,
+        auth: Auth,
+        context: ContextConfig,
+        review: crate::review::Thresholds,
+    ) -> Arc<AppState> {
         Arc::new(AppState {
             store,
             auth,
             context,
+            review,
             commit: option_env!("LESSONS_BUILD_COMMIT")
                 .unwrap_or("unknown")
                 .to_owned(),

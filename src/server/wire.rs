@@ -26,6 +26,7 @@ pub enum Body {
         records: Vec<Candidate>,
         cap: Option<usize>,
         tally: Option<Tally>,
+        rejected: Vec<crate::decisions::RejectedFact>,
     },
     /// `POST /list`.
     List { scope: ScopeKey, query: ListQuery },
@@ -40,7 +41,24 @@ pub enum Body {
     /// `POST /export`.
     Export,
     /// `POST /import`.
-    Import { records: Vec<Record> },
+    Import {
+        records: Vec<Record>,
+        decisions: Vec<crate::decisions::Decision>,
+    },
+    /// `POST /journal`: a scope's decision journal, newest first.
+    Journal {
+        scope: ScopeKey,
+        query: crate::decisions::DecisionQuery,
+    },
+    /// `POST /review`: the week's verdict.
+    Review {
+        /// Days back from today (UTC), 1–90.
+        days: u32,
+        /// One scope, or every scope.
+        scope: Option<ScopeKey>,
+    },
+    /// `POST /window`: a repository's window exactly as a run's block shows it.
+    Window { scope: ScopeKey },
     /// `POST /stats`.
     Stats { since: i64 },
     /// `POST /context`.
@@ -64,7 +82,7 @@ pub enum Body {
 }
 
 /// The routes that take a JSON body, and whether they change the store.
-pub const POST_ROUTES: [(&str, bool); 13] = [
+pub const POST_ROUTES: [(&str, bool); 16] = [
     ("/retrieve", false),
     ("/write", true),
     ("/list", false),
@@ -78,6 +96,9 @@ pub const POST_ROUTES: [(&str, bool); 13] = [
     ("/context", false),
     ("/prompt", false),
     ("/reflect", true),
+    ("/journal", false),
+    ("/review", false),
+    ("/window", false),
 ];
 
 pub use crate::model::MAX_IMPORT;
@@ -179,11 +200,21 @@ pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
                     format!("tally must be {{offered, rejected, rejectedBy}}: {e}")
                 })?),
             };
+            // Our extension too: the texts the reflection's gate refused, for the journal.
+            let rejected = match field(o, "rejected") {
+                None => Vec::new(),
+                Some(v) => serde_json::from_value::<Vec<crate::decisions::RejectedFact>>(v.clone())
+                    .map_err(|e| format!("rejected must be [{{text, markers}}]: {e}"))?,
+            };
+            if rejected.len() > 50 {
+                return Err("rejected must hold at most 50 facts".into());
+            }
             Body::Write {
                 scope,
                 records,
                 cap,
                 tally,
+                rejected,
             }
         }
         "/list" => {
@@ -237,8 +268,64 @@ pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
                     Ok(r)
                 })
                 .collect::<Result<Vec<_>, String>>()?;
-            Body::Import { records }
+            let decisions = match field(o, "decisions") {
+                None => Vec::new(),
+                Some(v) => {
+                    let list: Vec<crate::decisions::Decision> =
+                        serde_json::from_value(v.clone()).map_err(|e| format!("decisions: {e}"))?;
+                    if list.len() > MAX_IMPORT {
+                        return Err(format!("decisions must hold at most {MAX_IMPORT} entries"));
+                    }
+                    for (i, d) in list.iter().enumerate() {
+                        d.validate().map_err(|e| format!("decisions[{i}]: {e}"))?;
+                    }
+                    list
+                }
+            };
+            Body::Import { records, decisions }
         }
+        "/journal" => {
+            let scope = scope(o)?;
+            let limit = integer(o, "limit", 1, crate::decisions::MAX_JOURNAL_LIMIT as u64)?
+                .map_or(100, |l| l as usize);
+            let since = match field(o, "since") {
+                None => i64::MIN,
+                Some(v) => v
+                    .as_i64()
+                    .ok_or("since must be an integer (milliseconds)")?,
+            };
+            let events = match field(o, "events") {
+                None => Vec::new(),
+                Some(Value::Array(list)) => list
+                    .iter()
+                    .map(|v| {
+                        v.as_str()
+                            .and_then(crate::decisions::DecisionEvent::parse)
+                            .ok_or_else(|| {
+                                "events must name rejected, restated, deduped, superseded, inserted, evicted, swept or forgotten".to_owned()
+                            })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?,
+                Some(_) => return Err("events must be an array".into()),
+            };
+            Body::Journal {
+                scope,
+                query: crate::decisions::DecisionQuery {
+                    since,
+                    events,
+                    limit,
+                },
+            }
+        }
+        "/review" => Body::Review {
+            days: integer(o, "days", 1, 90)?.map_or(7, |d| d as u32),
+            scope: match opt_string(o, "scopeKey")? {
+                None => None,
+                Some(s) if s == "all" => None,
+                Some(s) => Some(ScopeKey::parse_reason(&s)?),
+            },
+        },
+        "/window" => Body::Window { scope: scope(o)? },
         "/stats" => Body::Stats {
             since: match field(o, "since") {
                 None => 0,

@@ -133,6 +133,34 @@ pub fn counters_key(day: i64, scope: &ScopeKey) -> Vec<u8> {
     k
 }
 
+/// A journal entry's key: scope, NUL, then the time and a store-wide counter, both inverted, so
+/// a forward prefix scan reads a scope's newest decisions first.
+pub fn decision_key(scope: &ScopeKey, time: i64, counter: u64) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 16);
+    let t = ordered(time);
+    k.extend(t.iter().map(|b| !b));
+    k.extend_from_slice(&(!counter).to_be_bytes());
+    k
+}
+
+/// The time of a journal entry's key.
+pub fn decision_time(key: &[u8]) -> Option<i64> {
+    let t: [u8; 8] = key
+        .get(key.len().checked_sub(16)?..key.len() - 8)?
+        .try_into()
+        .ok()?;
+    let inverted = u64::from_be_bytes(t.map(|b| !b));
+    Some((inverted ^ (1 << 63)) as i64)
+}
+
+pub fn encode_decision(d: &crate::decisions::Decision) -> Result<Vec<u8>> {
+    encode(&crate::decisions::DecisionDisk::from(d))
+}
+
+pub fn decode_decision(bytes: &[u8]) -> Result<crate::decisions::Decision> {
+    decode::<crate::decisions::DecisionDisk>(bytes, "a journal entry")?.into_decision()
+}
+
 pub fn counters_from(day: i64) -> [u8; 8] {
     ordered(day)
 }

@@ -15,6 +15,7 @@ use super::{
     validate_write, Clock, DayCounters, DayStats, ImportReport, ListQuery, MemoryStore,
     SweepReceipt, WriteOptions,
 };
+use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
 use crate::model::{parse_record_id, Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
 use crate::plan::DEFAULT_CAP;
@@ -26,6 +27,8 @@ struct State {
     /// Each scope's records by sequence number.
     scopes: BTreeMap<ScopeKey, BTreeMap<u64, Record>>,
     counters: BTreeMap<(i64, ScopeKey), DayCounters>,
+    /// Each scope's decision journal, oldest first (no pruning: the model keeps everything).
+    decisions: BTreeMap<ScopeKey, Vec<Decision>>,
 }
 
 /// The store contract over plain vectors; see the module docs.
@@ -83,11 +86,33 @@ impl MemoryStore for InMemoryStore {
         let records = state.scopes.entry(scope.clone()).or_default();
         let mut counts = WriteCounts::default();
         let mut summaries = 0;
+        let mut journal: Vec<Decision> = options
+            .rejected
+            .iter()
+            .map(|f| {
+                let mut d = Decision::new(now, scope, DecisionEvent::Rejected);
+                d.texts.push(f.text.clone());
+                d.markers = f.markers.clone();
+                d
+            })
+            .collect();
+        let mut later: Vec<Decision> = Vec::new();
+        let about = |event: DecisionEvent, seq: u64, c: &crate::model::ValidCandidate| {
+            let mut d = Decision::new(now, scope, event);
+            d.ids.push(scope.record_id(seq));
+            d.texts.push(c.text.clone());
+            d.source_thread_key = Some(c.source_thread_key.clone());
+            d.source_run_id = c.source_run_id.clone();
+            d
+        };
         for c in &valid {
             if let Some(i) = active_index(records, scope, &c.restates) {
                 let Some(r) = records.get_mut(&i) else {
                     continue;
                 };
+                let mut d = about(DecisionEvent::Restated, i, c);
+                d.texts.push(r.text.clone());
+                journal.push(d);
                 r.use_count += 1;
                 r.last_used_at = Some(now);
                 r.confidence = match (r.confidence, c.confidence) {
@@ -110,9 +135,10 @@ impl MemoryStore for InMemoryStore {
                     .map(|_| t),
                 (Some(_), None) => None,
             };
-            if let Some(r) = hit.and_then(|i| records.get_mut(&i)) {
+            if let Some((i, r)) = hit.and_then(|i| records.get_mut(&i).map(|r| (i, r))) {
                 r.use_count += 1;
                 counts.deduped += 1;
+                journal.push(about(DecisionEvent::Deduped, i, c));
                 continue;
             }
             let seq = records.keys().next_back().map_or(0, |s| s + 1);
@@ -137,14 +163,20 @@ impl MemoryStore for InMemoryStore {
                 },
             );
             counts.inserted += 1;
+            journal.push(about(DecisionEvent::Inserted, seq, c));
             if c.kind == Kind::Summary {
                 summaries += 1;
             }
             if let Some(r) = target.and_then(|t| records.get_mut(&t)) {
                 r.status = Status::Superseded;
                 counts.superseded += 1;
+                let mut d = Decision::new(now, scope, DecisionEvent::Superseded);
+                d.ids = vec![r.id.clone(), scope.record_id(seq)];
+                d.texts = vec![r.text.clone(), c.text.clone()];
+                later.push(d);
             }
         }
+        journal.append(&mut later);
         let mut active: Vec<(i64, i64, u64)> = records
             .iter()
             .filter(|(_, r)| r.status == Status::Active)
@@ -156,6 +188,12 @@ impl MemoryStore for InMemoryStore {
                 if let Some(r) = records.get_mut(&seq) {
                     r.status = Status::Evicted;
                     counts.evicted += 1;
+                    let mut d = Decision::new(now, scope, DecisionEvent::Evicted);
+                    d.ids.push(r.id.clone());
+                    d.texts.push(r.text.clone());
+                    d.age_ms = Some(now.saturating_sub(r.created_at));
+                    d.use_count = Some(r.use_count);
+                    journal.push(d);
                 }
             }
         }
@@ -164,6 +202,11 @@ impl MemoryStore for InMemoryStore {
             .entry((day_of(now), scope.clone()))
             .or_default()
             .add_write(&counts, summaries, options.tally.as_ref());
+        state
+            .decisions
+            .entry(scope.clone())
+            .or_default()
+            .extend(journal);
         Ok(counts)
     }
 
@@ -232,11 +275,15 @@ impl MemoryStore for InMemoryStore {
             return Ok(false);
         };
         r.status = Status::Forgotten;
+        let mut d = Decision::new(now, scope, DecisionEvent::Forgotten);
+        d.ids.push(r.id.clone());
+        d.texts.push(r.text.clone());
         state
             .counters
             .entry((day_of(now), scope.clone()))
             .or_default()
             .forgotten += 1;
+        state.decisions.entry(scope.clone()).or_default().push(d);
         Ok(true)
     }
 
@@ -247,15 +294,29 @@ impl MemoryStore for InMemoryStore {
         let Some(records) = state.scopes.get_mut(scope) else {
             return Ok(receipt);
         };
+        let mut journal = Vec::new();
         for r in records.values_mut().rev() {
             if r.status == Status::Active && r.kind == Kind::Fact && crate::gate::is_status(&r.text)
             {
                 receipt.ids.push(r.id.clone());
                 if !dry_run {
                     r.status = Status::Swept;
+                    let mut d = Decision::new(now, scope, DecisionEvent::Swept);
+                    d.ids.push(r.id.clone());
+                    d.texts.push(r.text.clone());
+                    d.markers = crate::gate::rejection_marker_names(&r.text)
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect();
+                    journal.push(d);
                 }
             }
         }
+        state
+            .decisions
+            .entry(scope.clone())
+            .or_default()
+            .extend(journal);
         receipt.swept = receipt.ids.len() as u64;
         if !dry_run && receipt.swept > 0 {
             state
@@ -317,6 +378,51 @@ impl MemoryStore for InMemoryStore {
             }
         }
         Ok(report)
+    }
+
+    fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
+        super::validate_decision_query(query)?;
+        let state = self.state.lock();
+        Ok(state
+            .decisions
+            .get(scope)
+            .into_iter()
+            .flat_map(|list| list.iter().rev())
+            .filter(|d| query.keeps(d))
+            .take(query.limit)
+            .cloned()
+            .collect())
+    }
+
+    fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
+        let all: Vec<Decision> = {
+            let state = self.state.lock();
+            state
+                .decisions
+                .values()
+                .flat_map(|list| list.iter())
+                .cloned()
+                .collect()
+        };
+        for d in all {
+            sink(d)?;
+        }
+        Ok(())
+    }
+
+    fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {
+        for d in entries {
+            d.validate()?;
+        }
+        let mut state = self.state.lock();
+        for d in entries {
+            state
+                .decisions
+                .entry(d.scope_key.clone())
+                .or_default()
+                .push(d.clone());
+        }
+        Ok(entries.len() as u64)
     }
 
     fn stats(&self, since: i64) -> Result<Vec<DayStats>> {

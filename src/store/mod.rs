@@ -26,6 +26,7 @@ pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFA
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
 
+use crate::decisions::{Decision, DecisionQuery, MAX_JOURNAL_LIMIT};
 use crate::error::{Error, Result};
 use crate::model::{Candidate, Kind, Record, ScopeKey, ValidCandidate, WriteCounts};
 use crate::plan::MAX_CAP;
@@ -60,6 +61,8 @@ pub struct WriteOptions {
     pub cap: Option<usize>,
     /// Reflection counts recorded atomically with the write.
     pub tally: Option<Tally>,
+    /// Facts the gate refused in the reflection behind this write, journaled with it.
+    pub rejected: Vec<crate::decisions::RejectedFact>,
 }
 
 /// Filters of `list`.
@@ -278,6 +281,16 @@ pub trait MemoryStore: Send + Sync {
 
     /// Counters per scope per day, from day `since` (days since the epoch, UTC) on.
     fn stats(&self, since: i64) -> Result<Vec<DayStats>>;
+
+    /// A scope's decision journal, newest first, filtered by `query`.
+    fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>>;
+
+    /// Every journal entry, oldest first within a scope, for backup or moving (with
+    /// [`MemoryStore::export`]); importing them in this order keeps their order.
+    fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()>;
+
+    /// Adds journal entries read from an export; returns how many were added.
+    fn import_decisions(&self, entries: &[Decision]) -> Result<u64>;
 }
 
 /// Validates a write's candidates and cap.
@@ -329,6 +342,15 @@ pub(crate) fn group_import(records: &[Record]) -> Result<(ImportGroups<'_>, u64)
     Ok((groups, repeats))
 }
 
+pub(crate) fn validate_decision_query(q: &DecisionQuery) -> Result<()> {
+    if !(1..=MAX_JOURNAL_LIMIT).contains(&q.limit) {
+        return Err(Error::invalid(format!(
+            "limit must be an integer between 1 and {MAX_JOURNAL_LIMIT}"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn validate_limit(limit: usize) -> Result<()> {
     if (1..=MAX_LIMIT).contains(&limit) {
         Ok(())
@@ -357,6 +379,18 @@ pub(crate) fn list_filter_matches(record: &Record, normalized_query: &str) -> bo
 /// The UTC day (days since the epoch) of a time.
 pub fn day_of(ms: Millis) -> i64 {
     ms.div_euclid(86_400_000)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of a time in milliseconds.
+pub fn format_ms(ms: Millis) -> String {
+    let secs = ms.div_euclid(1000).rem_euclid(86_400);
+    format!(
+        "{} {:02}:{:02}:{:02}",
+        format_day(day_of(ms)),
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// `YYYY-MM-DD` of a day number (days since 1970-01-01, proleptic Gregorian).

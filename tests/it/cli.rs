@@ -215,12 +215,18 @@ fn store_commands_answer_the_wire_json() {
     );
 
     let exported = in_store(&d, &["export"], "");
-    assert_eq!(stdout(&exported).lines().count(), 3);
+    let text = stdout(&exported);
+    let journal_lines = text
+        .lines()
+        .filter(|l| l.starts_with("{\"decision\""))
+        .count();
+    assert_eq!(text.lines().count() - journal_lines, 3, "three records");
+    assert!(journal_lines > 0, "and the decision journal");
     let other = dir.path().join("copy");
     let imp = in_store(&other, &["import", "--json"], &stdout(&exported));
     assert_eq!(
         json_of(&imp),
-        serde_json::json!({"ok": true, "imported": 3, "skipped": 0})
+        serde_json::json!({"ok": true, "imported": 3, "skipped": 0, "decisions": journal_lines})
     );
     let copy = in_store(&other, &["export"], "");
     assert_eq!(

@@ -174,6 +174,22 @@ fn memory_off_means_no_block_and_no_store_call() {
         fn stats(&self, _: i64) -> lessons::Result<Vec<lessons::store::DayStats>> {
             panic!("called")
         }
+        fn decisions(
+            &self,
+            _: &ScopeKey,
+            _: &lessons::DecisionQuery,
+        ) -> lessons::Result<Vec<lessons::Decision>> {
+            panic!("called")
+        }
+        fn export_decisions(
+            &self,
+            _: &mut dyn FnMut(lessons::Decision) -> lessons::Result<()>,
+        ) -> lessons::Result<()> {
+            panic!("called")
+        }
+        fn import_decisions(&self, _: &[lessons::Decision]) -> lessons::Result<u64> {
+            panic!("called")
+        }
     }
     let off = ContextConfig {
         enabled: false,
@@ -236,6 +252,22 @@ fn a_failed_window_read_logs_one_warning_without_text_and_keeps_the_hits() {
         }
         fn stats(&self, d: i64) -> lessons::Result<Vec<lessons::store::DayStats>> {
             self.0.stats(d)
+        }
+        fn decisions(
+            &self,
+            s: &ScopeKey,
+            q: &lessons::DecisionQuery,
+        ) -> lessons::Result<Vec<lessons::Decision>> {
+            self.0.decisions(s, q)
+        }
+        fn export_decisions(
+            &self,
+            sink: &mut dyn FnMut(lessons::Decision) -> lessons::Result<()>,
+        ) -> lessons::Result<()> {
+            self.0.export_decisions(sink)
+        }
+        fn import_decisions(&self, e: &[lessons::Decision]) -> lessons::Result<u64> {
+            self.0.import_decisions(e)
         }
     }
     let clock = FakeClock::new(T0);

@@ -7,6 +7,7 @@ mod fuzz_corpus;
 mod gate;
 mod model_check;
 mod reflection;
+mod review;
 mod server;
 mod server_faults;
 mod store;

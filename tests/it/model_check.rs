@@ -168,6 +168,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 let o = WriteOptions {
                     cap: Some(*cap),
                     tally: Some(tally),
+                    rejected: Vec::new(),
                 };
                 let a = e
                     .write(&scope(SCOPES[*s]), &cs, &o)

@@ -251,6 +251,22 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
         fn stats(&self, since: i64) -> lessons::Result<Vec<lessons::store::DayStats>> {
             self.0.stats(since)
         }
+        fn decisions(
+            &self,
+            s: &ScopeKey,
+            q: &lessons::DecisionQuery,
+        ) -> lessons::Result<Vec<lessons::Decision>> {
+            self.0.decisions(s, q)
+        }
+        fn export_decisions(
+            &self,
+            sink: &mut dyn FnMut(lessons::Decision) -> lessons::Result<()>,
+        ) -> lessons::Result<()> {
+            self.0.export_decisions(sink)
+        }
+        fn import_decisions(&self, e: &[lessons::Decision]) -> lessons::Result<u64> {
+            self.0.import_decisions(e)
+        }
     }
     let auth = Auth {
         token: Some(TOKEN.to_owned()),
@@ -524,6 +540,7 @@ fn extreme_imported_times_never_overflow() {
             &WriteOptions {
                 cap: Some(2),
                 tally: None,
+                rejected: Vec::new(),
             },
         )
         .expect("a write that evicts by these times");

@@ -436,6 +436,7 @@ fn the_cap_evicts_least_recently_used() {
                 &WriteOptions {
                     cap: Some(4),
                     tally: None,
+                    rejected: Vec::new(),
                 },
             )
             .expect("write");
@@ -471,6 +472,7 @@ fn the_cap_evicts_least_recently_used() {
                     &WriteOptions {
                         cap: Some(bad),
                         tally: None,
+                        rejected: Vec::new(),
                     },
                 )
                 .expect_err("cap");
@@ -560,6 +562,7 @@ fn counters_are_per_scope_per_day() {
                 &WriteOptions {
                     cap: None,
                     tally: Some(tally),
+                    rejected: Vec::new(),
                 },
             )
             .expect("write");

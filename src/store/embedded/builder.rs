@@ -28,6 +28,8 @@ pub struct EmbeddedStoreBuilder {
     pub(super) commit_every: usize,
     pub(super) commit_interval: Duration,
     pub(super) cache_bytes: u64,
+    pub(super) journal_days: u32,
+    pub(super) journal_cap: usize,
 }
 
 /// The default block cache: enough for the hot windows of a few hundred scopes.
@@ -42,6 +44,8 @@ impl Default for EmbeddedStoreBuilder {
             commit_every: 1024,
             commit_interval: Duration::from_secs(1),
             cache_bytes: DEFAULT_CACHE_BYTES,
+            journal_days: crate::decisions::DEFAULT_JOURNAL_DAYS,
+            journal_cap: crate::decisions::DEFAULT_JOURNAL_CAP,
         }
     }
 }
@@ -50,6 +54,14 @@ impl EmbeddedStoreBuilder {
     /// The default cap of active records per scope (1–10000; default 500).
     pub fn cap(mut self, cap: usize) -> Self {
         self.cap = cap;
+        self
+    }
+
+    /// How long decision-journal entries are kept (default 90 days) and how many per scope
+    /// (default 10,000); older and excess entries are pruned off the write path.
+    pub fn journal(mut self, days: u32, cap_per_scope: usize) -> Self {
+        self.journal_days = days.max(1);
+        self.journal_cap = cap_per_scope.max(1);
         self
     }
 

@@ -74,6 +74,9 @@ impl Shared {
             if self.commit_index().is_err() {
                 self.index_degraded.store(true, Ordering::SeqCst);
             }
+            if let Err(e) = self.prune_decisions() {
+                log::warn!("[store] pruning the decision journal failed: {e}");
+            }
             if self.stop.load(Ordering::SeqCst) {
                 return;
             }

@@ -20,6 +20,7 @@
 
 mod builder;
 mod commit;
+mod decisions;
 mod doctor;
 mod indexer;
 mod ops;
@@ -56,6 +57,7 @@ struct Keyspaces {
     counters: Keyspace,
     outbox: Keyspace,
     meta: Keyspace,
+    decisions: Keyspace,
 }
 
 struct Shared {
@@ -88,6 +90,13 @@ struct Shared {
     cap: usize,
     commit_every: usize,
     commit_interval: Duration,
+    /// Makes journal keys unique within a millisecond: seeded from the open time in
+    /// nanoseconds, so it also grows across reopens.
+    decision_counter: std::sync::atomic::AtomicU64,
+    journal_days: u32,
+    journal_cap: usize,
+    /// Scopes whose journal grew since the indexer last pruned them.
+    journal_dirty: Mutex<std::collections::HashSet<ScopeKey>>,
 }
 
 /// The embedded store: see the module docs.
@@ -179,6 +188,7 @@ impl EmbeddedStore {
             counters: open_ks("counters")?,
             outbox: open_ks("outbox")?,
             meta: open_ks("meta")?,
+            decisions: open_ks("decisions")?,
         };
         match ks
             .meta
@@ -221,6 +231,14 @@ impl EmbeddedStore {
             cap: b.cap,
             commit_every: b.commit_every,
             commit_interval: b.commit_interval,
+            decision_counter: std::sync::atomic::AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            ),
+            journal_days: b.journal_days,
+            journal_cap: b.journal_cap,
+            journal_dirty: Mutex::new(std::collections::HashSet::new()),
         });
         shared.recover(opened.watermark)?;
         let worker = Arc::clone(&shared);

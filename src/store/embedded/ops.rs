@@ -13,6 +13,7 @@ use super::super::{
 use super::commit::Ticket;
 use super::records::with_status;
 use super::{st, EmbeddedStore, Shared};
+use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::IndexOp;
 use crate::model::{
@@ -216,6 +217,14 @@ impl MemoryStore for EmbeddedStore {
         tx.batch
             .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
         s.add_day(&mut tx.batch, scope, now, |d| d.forgotten += 1)?;
+        s.journal(
+            &mut tx.batch,
+            &[super::decisions::of_retire(
+                now,
+                &old,
+                DecisionEvent::Forgotten,
+            )],
+        )?;
         let ticket =
             s.commit_with_outbox(scope, tx, vec![IndexOp::Delete { id: old.id.clone() }])?;
         drop(guard);
@@ -254,6 +263,11 @@ impl MemoryStore for EmbeddedStore {
         tx.batch
             .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
         s.add_day(&mut tx.batch, scope, now, |d| d.swept += receipt.swept)?;
+        let swept: Vec<_> = marked
+            .iter()
+            .map(|r| super::decisions::of_retire(now, r, DecisionEvent::Swept))
+            .collect();
+        s.journal(&mut tx.batch, &swept)?;
         let ticket = s.commit_with_outbox(scope, tx, ops)?;
         drop(guard);
         s.wait_durable(ticket)?;
@@ -332,6 +346,19 @@ impl MemoryStore for EmbeddedStore {
             s.wait_durable(ticket)?;
         }
         Ok(report)
+    }
+
+    fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
+        super::super::validate_decision_query(query)?;
+        self.shared.read_decisions(scope, query)
+    }
+
+    fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
+        self.shared.export_decisions(sink)
+    }
+
+    fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {
+        self.shared.import_decisions(entries)
     }
 
     fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
@@ -502,6 +529,10 @@ impl Shared {
         s.add_day(&mut tx.batch, scope, now, |d| {
             d.add_write(&plan.counts, summaries, options.tally.as_ref())
         })?;
+        s.journal(
+            &mut tx.batch,
+            &super::decisions::of_write(scope, now, valid, plan, loaded, &options.rejected),
+        )?;
         s.commit_with_outbox(scope, tx, index_ops)
     }
 }

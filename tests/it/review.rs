@@ -1,0 +1,279 @@
+//! The decision journal and the review: `examples/week.rs` trips exactly the signals it was
+//! built to trip, the journal holds the evidence, and both stores keep the same journal.
+
+use lessons::decisions::{DecisionEvent, DecisionQuery};
+use lessons::store::{EmbeddedStore, InMemoryStore, MemoryStore, WriteOptions};
+use lessons::{Candidate, ScopeKey};
+
+use crate::util::{run, stdout};
+
+#[path = "../../examples/week.rs"]
+#[allow(dead_code)]
+mod week;
+
+fn scope(s: &str) -> ScopeKey {
+    ScopeKey::parse(s).expect("scope")
+}
+
+#[test]
+fn the_week_fires_exactly_the_signals_it_was_built_to_trip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let review = week::run(dir.path()).expect("the week runs");
+    assert_eq!(
+        review.fired,
+        [
+            "repo:acme/api: rejected",
+            "repo:acme/cli: rejected",
+            "repo:acme/web: rejected",
+            "repo:acme/web: restated",
+        ]
+    );
+    let web = review
+        .scopes
+        .iter()
+        .find(|s| s.scope_key.as_str() == "repo:acme/web")
+        .expect("web reviewed");
+    assert_eq!(web.restatements.len(), 20, "20 sampled restatements");
+    for r in &web.restatements {
+        assert!(r.target_id.starts_with("mem:repo:acme/web:"));
+        assert!(r.target_text.starts_with("in acme/web, lesson"), "{r:?}");
+        assert!(r.text.contains("the same lesson again"));
+    }
+    let api = review
+        .scopes
+        .iter()
+        .find(|s| s.scope_key.as_str() == "repo:acme/api")
+        .expect("api reviewed");
+    assert_eq!(api.counters.swept, 3, "the three legacy status rows");
+    assert!(api.rejected_by_marker["sha"]
+        .iter()
+        .all(|t| t.contains("3f9a2c")));
+    assert!(
+        !api.evicted_unused.is_empty(),
+        "the cap evicted unused lessons"
+    );
+    for s in &review.scopes {
+        assert!(s.inserted_per_day < 40.0);
+    }
+}
+
+#[test]
+fn the_cli_review_exits_one_and_the_journal_shows_the_restatement_pairs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    week::run(dir.path()).expect("the week runs");
+    let store = dir.path().to_str().expect("utf-8");
+    // The week is dated 2026-11-23..29: a 3650-day review covers it whatever today is.
+    let out = run(&["--store", store, "review", "--since", "3650d"], "");
+    assert_eq!(out.status.code(), Some(1), "a signal fired");
+    let text = stdout(&out);
+    assert!(text.contains("FIRED"), "{text}");
+    assert!(text.contains("[FIRES] restated"), "{text}");
+    let json = run(
+        &[
+            "--store",
+            store,
+            "--json",
+            "review",
+            "--since",
+            "3650d",
+            "--scope",
+            "repo:acme/cli",
+        ],
+        "",
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("json");
+    assert_eq!(v["fired"], serde_json::json!(["repo:acme/cli: rejected"]));
+    let journal = run(
+        &[
+            "--store",
+            store,
+            "journal",
+            "--scope",
+            "repo:acme/web",
+            "--event",
+            "restated",
+            "--since",
+            "3650d",
+            "--limit",
+            "3",
+        ],
+        "",
+    );
+    assert_eq!(journal.status.code(), Some(0));
+    let text = stdout(&journal);
+    assert_eq!(
+        text.matches(" restated mem:repo:acme/web:").count(),
+        3,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("  target: in acme/web, lesson").count(),
+        3,
+        "{text}"
+    );
+}
+
+#[test]
+fn export_and_import_carry_the_journal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:acme/app");
+    {
+        let store = EmbeddedStore::open(dir.path().join("a")).expect("open");
+        let opts = WriteOptions {
+            rejected: vec![lessons::decisions::RejectedFact {
+                text: "PR 12 was merged".into(),
+                markers: vec!["reference".into(), "delivery".into()],
+            }],
+            ..WriteOptions::default()
+        };
+        store
+            .write(&s, &[Candidate::fact("run npm ci first", "t")], &opts)
+            .expect("write");
+        store.close().expect("close");
+    }
+    let a = dir.path().join("a");
+    let exported = run(&["--store", a.to_str().expect("utf-8"), "export"], "");
+    assert_eq!(exported.status.code(), Some(0));
+    let lines = stdout(&exported);
+    assert_eq!(lines.matches("{\"decision\"").count(), 2, "{lines}");
+    let b = dir.path().join("b");
+    let imported = run(&["--store", b.to_str().expect("utf-8"), "import"], &lines);
+    assert_eq!(imported.status.code(), Some(0));
+    assert!(stdout(&imported).contains("2 journal entries"));
+    let store = EmbeddedStore::open(&b).expect("open b");
+    let d = store
+        .decisions(&s, &DecisionQuery::default())
+        .expect("journal");
+    assert_eq!(d.len(), 2);
+    assert_eq!(d[1].event, DecisionEvent::Rejected);
+    assert_eq!(d[1].texts, ["PR 12 was merged"]);
+    assert_eq!(d[0].event, DecisionEvent::Inserted);
+}
+
+/// Both stores journal the same decisions for the same writes.
+#[test]
+fn both_stores_keep_the_same_journal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock: lessons::store::Clock = std::sync::Arc::new(|| 1_795_424_400_000);
+    let embedded = EmbeddedStore::builder()
+        .cap(3)
+        .clock(clock.clone())
+        .open(dir.path())
+        .expect("open");
+    let model = InMemoryStore::with_clock(clock).with_cap(3);
+    let s = scope("repo:acme/app");
+    let stores: [&dyn MemoryStore; 2] = [&embedded, &model];
+    for store in stores {
+        let w = |c: &[Candidate]| {
+            store.write(&s, c, &WriteOptions::default()).expect("write");
+        };
+        w(&[
+            Candidate::fact("lesson one", "t"),
+            Candidate::fact("lesson two", "t"),
+        ]);
+        w(&[Candidate::fact("Lesson  ONE", "t")]); // dedup
+        w(&[Candidate::fact("lesson one, restated", "t").restating("mem:repo:acme/app:0")]);
+        w(&[Candidate::fact("lesson two, replaced", "t").superseding("mem:repo:acme/app:1")]);
+        w(&[
+            Candidate::fact("lesson three", "t"),
+            Candidate::fact("lesson four", "t"),
+        ]); // evicts
+        w(&[Candidate::fact("PR 9 merged", "t")]);
+        store.sweep(&s, false).expect("sweep");
+        store.forget(&s, "mem:repo:acme/app:4").expect("forget");
+    }
+    let q = DecisionQuery {
+        limit: 1000,
+        ..DecisionQuery::default()
+    };
+    let a = embedded.decisions(&s, &q).expect("embedded journal");
+    let b = model.decisions(&s, &q).expect("model journal");
+    let events = |v: &[lessons::Decision]| v.iter().map(|d| d.event).collect::<Vec<_>>();
+    assert_eq!(events(&a), events(&b));
+    assert_eq!(a, b);
+    for e in [
+        DecisionEvent::Inserted,
+        DecisionEvent::Deduped,
+        DecisionEvent::Restated,
+        DecisionEvent::Superseded,
+        DecisionEvent::Evicted,
+        DecisionEvent::Swept,
+        DecisionEvent::Forgotten,
+    ] {
+        assert!(events(&a).contains(&e), "{e:?} missing: {:?}", events(&a));
+    }
+    let filtered = embedded
+        .decisions(
+            &s,
+            &DecisionQuery {
+                events: vec![DecisionEvent::Evicted],
+                ..q
+            },
+        )
+        .expect("filter");
+    assert!(filtered.iter().all(|d| d.event == DecisionEvent::Evicted));
+    assert!(filtered
+        .iter()
+        .all(|d| d.use_count.is_some() && d.age_ms.is_some()));
+}
+
+#[test]
+fn the_journal_is_pruned_by_age_and_cap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_795_424_400_000));
+    let clock: lessons::store::Clock = {
+        let now = std::sync::Arc::clone(&now);
+        std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::SeqCst))
+    };
+    let store = EmbeddedStore::builder()
+        .clock(clock)
+        .journal(2, 5)
+        .index_commit(1, std::time::Duration::from_millis(20))
+        .open(dir.path())
+        .expect("open");
+    let s = scope("repo:acme/app");
+    for i in 0..8 {
+        store
+            .write(
+                &s,
+                &[Candidate::fact(format!("lesson {i}"), "t")],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+    }
+    let all = DecisionQuery {
+        limit: 1000,
+        ..DecisionQuery::default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.decisions(&s, &all).expect("read").len() > 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cap was never applied"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kept = store.decisions(&s, &all).expect("read");
+    assert_eq!(kept.len(), 5);
+    assert_eq!(kept[0].texts, ["lesson 7"], "the newest are kept");
+    // Three days later every entry is older than the two days kept.
+    now.fetch_add(3 * 86_400_000, std::sync::atomic::Ordering::SeqCst);
+    store
+        .write(
+            &s,
+            &[Candidate::fact("a new lesson", "t")],
+            &WriteOptions::default(),
+        )
+        .expect("write");
+    while store.decisions(&s, &all).expect("read").len() > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "old entries were never pruned"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        store.decisions(&s, &all).expect("read")[0].texts,
+        ["a new lesson"]
+    );
+}
