@@ -331,6 +331,16 @@ impl MemoryStore for RemoteStore {
         Ok(report)
     }
 
+    /// Through `/review`, which reports each scope's active count.
+    fn active_count(&self, scope: &ScopeKey) -> Result<u64> {
+        let v = self.post("/review", &json!({"scopeKey": scope, "days": 1}))?;
+        Ok(v.get("scopes")
+            .and_then(|s| s.get(0))
+            .and_then(|s| s.get("active"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0))
+    }
+
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         let mut body = serde_json::Map::new();
         body.insert("scopeKey".into(), json!(scope));

@@ -90,6 +90,8 @@ pub struct Item {
 pub struct ScopeReview {
     /// The scope.
     pub scope_key: ScopeKey,
+    /// Active records now.
+    pub active: u64,
     /// The scope's counters summed over the period.
     pub counters: DayCounters,
     /// Inserted facts per day over the period.
@@ -270,6 +272,7 @@ fn scope_review(
     }
     Ok(ScopeReview {
         scope_key: scope.clone(),
+        active: store.active_count(scope)?,
         window_turnover_days: (inserted_per_day > 0.0).then(|| t.window as f64 / inserted_per_day),
         inserted_per_day,
         counters,

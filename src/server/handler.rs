@@ -66,7 +66,43 @@ pub(super) async fn handle(state: Arc<AppState>, req: Request) -> Response {
 }
 
 pub(super) fn known_path(path: &str) -> bool {
-    path == "/healthz" || path == "/metrics" || POST_ROUTES.iter().any(|(p, _)| *p == path)
+    path == "/healthz"
+        || path == "/metrics"
+        || page_asset(path).is_some()
+        || POST_ROUTES.iter().any(|(p, _)| *p == path)
+}
+
+/// The page's files, embedded in the binary: (content type, body). They hold no data (the
+/// page fetches everything with the token the person types), so they need no token.
+fn page_asset(path: &str) -> Option<(&'static str, &'static str)> {
+    match path {
+        "/" => Some(("text/html; charset=utf-8", include_str!("page/index.html"))),
+        "/app.js" => Some((
+            "text/javascript; charset=utf-8",
+            include_str!("page/app.js"),
+        )),
+        "/app.css" => Some(("text/css; charset=utf-8", include_str!("page/app.css"))),
+        _ => None,
+    }
+}
+
+/// Only the page's own files may load or be fetched; nothing inline, nothing from elsewhere,
+/// and the page cannot be framed.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+fn page_response(content_type: &'static str, body: &'static str) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, CSP),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// Decides the answer, and a log suffix (scope and counts, never text).
@@ -76,6 +112,7 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
     // 404 before anything else, even without a token.
     let (get_route, post_route) = match path.as_str() {
         "/healthz" | "/metrics" => (true, None),
+        p if page_asset(p).is_some() => (true, None),
         p => match POST_ROUTES.iter().find(|(r, _)| *r == p) {
             Some(&(_, mutating)) => (false, Some(mutating)),
             None => return (error(StatusCode::NOT_FOUND, "not found"), None),
@@ -87,6 +124,9 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
             None,
         );
+    }
+    if let Some((content_type, body)) = page_asset(&path) {
+        return (page_response(content_type, body), None);
     }
     if path == "/healthz" {
         if let Some(reason) = state.failure() {

@@ -380,6 +380,13 @@ impl MemoryStore for InMemoryStore {
         Ok(report)
     }
 
+    fn active_count(&self, scope: &ScopeKey) -> Result<u64> {
+        let state = self.state.lock();
+        Ok(state.scopes.get(scope).map_or(0, |rs| {
+            rs.values().filter(|r| r.status == Status::Active).count() as u64
+        }))
+    }
+
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         super::validate_decision_query(query)?;
         let state = self.state.lock();

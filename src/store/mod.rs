@@ -282,6 +282,9 @@ pub trait MemoryStore: Send + Sync {
     /// Counters per scope per day, from day `since` (days since the epoch, UTC) on.
     fn stats(&self, since: i64) -> Result<Vec<DayStats>>;
 
+    /// How many active records `scope` holds.
+    fn active_count(&self, scope: &ScopeKey) -> Result<u64>;
+
     /// A scope's decision journal, newest first, filtered by `query`.
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>>;
 

@@ -190,6 +190,9 @@ fn memory_off_means_no_block_and_no_store_call() {
         fn import_decisions(&self, _: &[lessons::Decision]) -> lessons::Result<u64> {
             panic!("called")
         }
+        fn active_count(&self, _: &ScopeKey) -> lessons::Result<u64> {
+            panic!("called")
+        }
     }
     let off = ContextConfig {
         enabled: false,
@@ -268,6 +271,9 @@ fn a_failed_window_read_logs_one_warning_without_text_and_keeps_the_hits() {
         }
         fn import_decisions(&self, e: &[lessons::Decision]) -> lessons::Result<u64> {
             self.0.import_decisions(e)
+        }
+        fn active_count(&self, s: &ScopeKey) -> lessons::Result<u64> {
+            self.0.active_count(s)
         }
     }
     let clock = FakeClock::new(T0);

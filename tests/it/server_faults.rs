@@ -267,6 +267,9 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
         fn import_decisions(&self, e: &[lessons::Decision]) -> lessons::Result<u64> {
             self.0.import_decisions(e)
         }
+        fn active_count(&self, s: &ScopeKey) -> lessons::Result<u64> {
+            self.0.active_count(s)
+        }
     }
     let auth = Auth {
         token: Some(TOKEN.to_owned()),

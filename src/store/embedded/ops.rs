@@ -348,6 +348,10 @@ impl MemoryStore for EmbeddedStore {
         Ok(report)
     }
 
+    fn active_count(&self, scope: &ScopeKey) -> Result<u64> {
+        Ok(self.shared.derive_meta(scope)?.active)
+    }
+
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         super::super::validate_decision_query(query)?;
         self.shared.read_decisions(scope, query)
