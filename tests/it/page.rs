@@ -148,6 +148,16 @@ fn a_maintainer_reads_the_page_in_a_real_browser() {
         "{scopes:?}"
     );
 
+    // The review's signals: half of what was offered was rejected.
+    let fired = b.wait_for("#review li[data-fired='true']", 1);
+    assert_eq!(fired.len(), 1);
+    assert!(
+        b.text(&fired[0])
+            .starts_with("repo:acme/app: 50% of offered rejected (threshold 10%)"),
+        "{}",
+        b.text(&fired[0])
+    );
+
     // The repository's charts: thirty bars a chart, today's inserted bar holding 4.
     let bars = b.wait_for("figure[data-event='inserted'] rect.bar", 30);
     assert_eq!(bars.len(), 30);

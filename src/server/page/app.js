@@ -68,12 +68,22 @@ async function load() {
   $("login").hidden = true;
   $("app").hidden = false;
   $("logout").hidden = false;
-  const review = await api("/review", { days: 30 });
-  $("review-period").textContent = "since " + review.since;
+  const review = await api("/review", { days: 7 });
+  $("review-period").textContent = "the last 7 days, since " + review.since;
   const list = $("review");
   list.replaceChildren();
   if (review.fired.length === 0) list.append(el("li", "no signal fired", "ok"));
-  for (const f of review.fired) list.append(el("li", f, "fired"));
+  for (const s of review.scopes) {
+    for (const sig of s.signals) {
+      const value =
+        sig.name === "inserted" ? sig.value.toFixed(1) + " inserted/day (threshold " + sig.threshold + ")"
+        : sig.name === "rejected" ? Math.round(sig.value * 100) + "% of offered rejected (threshold " + Math.round(sig.threshold * 100) + "%)"
+        : sig.value + " restated vs " + sig.threshold + " inserted";
+      const li = el("li", s.scopeKey + ": " + value + (sig.fired ? " \u2014 fires" : ""), sig.fired ? "fired signal" : "ok signal");
+      li.dataset.fired = String(sig.fired);
+      list.append(li);
+    }
+  }
   const scopes = $("scopes");
   scopes.replaceChildren();
   for (const s of review.scopes) {
