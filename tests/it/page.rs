@@ -207,9 +207,7 @@ fn a_maintainer_reads_the_page_in_a_real_browser() {
     std::fs::write(&out, &shot).expect("save the screenshot");
     println!("screenshot: {}", out.display());
 
-    // The read-only token may look but not forget.
-    b.click(&b.one("#logout"));
-    log_in(&b, READ_TOKEN);
+    // With the read-write token, a forget asks first, then happens.
     b.click(&b.one("#journal-filter option[value='inserted']"));
     b.wait_until("inserted rows", |b| {
         let rows = b.find_all("#journal tr.decision");
@@ -218,15 +216,35 @@ fn a_maintainer_reads_the_page_in_a_real_browser() {
                 .iter()
                 .all(|r| b.attr(r, "data-event").as_deref() == Some("inserted"))
     });
+    assert_eq!(b.text(&b.one("#who")), "read-write token");
     let forget = b.one("#journal button.forget");
-    let id = b.attr(&forget, "data-id").expect("an id");
+    let forgotten = b.attr(&forget, "data-id").expect("an id");
     b.click(&forget);
     b.wait_until("the confirmation", |b| b.alert_text().is_some());
-    assert!(b.alert_text().unwrap_or_default().contains(&id));
+    assert!(b.alert_text().unwrap_or_default().contains(&forgotten));
     b.accept_alert();
-    b.wait_until("the refusal", |b| {
-        b.text(&b.one("#message")) == "refused: this token is read-only"
+    b.wait_until("the forget", |b| {
+        b.text(&b.one("#message")) == format!("forgot {forgotten}")
     });
+
+    // The read-only token may look but not forget: no buttons, and the server refuses.
+    b.click(&b.one("#logout"));
+    log_in(&b, READ_TOKEN);
+    b.wait_until("the access probe", |b| {
+        b.text(&b.one("#who")) == "read-only token"
+    });
+    b.wait_for("#journal tr.decision", 1);
+    assert!(b.find_all("#journal button.forget").is_empty());
+    assert!(!b.displayed(&b.one("#sweep-run")));
+    let id = "mem:repo:acme/app:0".to_owned();
+    let status = b.execute(&format!(
+        "return fetch('/forget', {{method: 'POST', headers: {{'content-type': 'application/json', authorization: 'Bearer ' + sessionStorage.getItem('lessons-token')}}, body: JSON.stringify({{scopeKey: 'repo:acme/app', id: '{id}'}})}}).then(r => r.status)"
+    ));
+    assert_eq!(
+        status,
+        serde_json::json!(403),
+        "a read-only forget is refused"
+    );
     drop(b);
 
     // And the record is still active.

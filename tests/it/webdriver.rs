@@ -182,6 +182,22 @@ impl Browser {
             .map(str::to_owned)
     }
 
+    /// Runs `script` in the page (a returned promise is awaited) and returns its value.
+    pub fn execute(&self, script: &str) -> Value {
+        self.session_call(
+            "POST",
+            "/execute/sync",
+            Some(json!({ "script": script, "args": [] })),
+        )
+    }
+
+    /// Whether `e` is displayed.
+    pub fn displayed(&self, e: &Element) -> bool {
+        self.session_call("GET", &format!("/element/{}/displayed", e.0), None)
+            .as_bool()
+            .unwrap_or(false)
+    }
+
     /// The document's title.
     pub fn title(&self) -> String {
         self.session_call("GET", "/title", None)

@@ -7,6 +7,10 @@ const EVENTS = ["offered", "rejected", "restated", "inserted", "deduped", "evict
 const DAY_MS = 86400000;
 let token = sessionStorage.getItem("lessons-token");
 let selected = null;
+// Whether the token may change the store. Learned from the server at login: an empty /forget
+// is refused before anything else (403) for a read-only token, and fails validation (400)
+// without touching the store for a read-write one.
+let canWrite = false;
 
 const $ = (id) => document.getElementById(id);
 
@@ -53,7 +57,9 @@ function showLogin(error) {
   $("message").textContent = "";
   $("token").value = "";
   $("scope-view").hidden = true;
+  $("who").textContent = "";
   selected = null;
+  canWrite = false;
   $("app").hidden = true;
   $("logout").hidden = true;
   $("login").hidden = false;
@@ -64,10 +70,22 @@ function dayString(day) {
   return new Date(day * DAY_MS).toISOString().slice(0, 10);
 }
 
+async function probeAccess() {
+  try {
+    await api("/forget", {});
+    canWrite = true;
+  } catch (e) {
+    canWrite = e.status !== 403;
+  }
+  $("who").textContent = canWrite ? "read-write token" : "read-only token";
+  $("sweep-run").hidden = !canWrite;
+}
+
 async function load() {
   $("login").hidden = true;
   $("app").hidden = false;
   $("logout").hidden = false;
+  await probeAccess();
   const review = await api("/review", { days: 7 });
   $("review-period").textContent = "the last 7 days, since " + review.since;
   const list = $("review");
@@ -190,7 +208,7 @@ async function journal(scope) {
     for (const t of d.texts || []) texts.append(el("div", t));
     tr.append(texts);
     const act = el("td");
-    if (d.event === "inserted" && d.ids && d.ids.length) {
+    if (canWrite && d.event === "inserted" && d.ids && d.ids.length) {
       const b = el("button", "forget", "forget");
       b.dataset.id = d.ids[0];
       b.addEventListener("click", () => forget(scope, d.ids[0]));
