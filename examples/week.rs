@@ -27,9 +27,19 @@ use lessons::{
     Candidate, ContextConfig, EmbeddedStore, MemoryStore, Origin, RunScopes, ScopeKey, WriteOptions,
 };
 
-/// 2026-11-23 09:00 UTC: day 1 of the week.
-pub const START: i64 = 1_795_424_400_000;
 const DAY: i64 = 86_400_000;
+
+fn wall_clock() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Day 1 of the week: midnight UTC six days before today, so the week is the last seven
+/// calendar days, today included (what `lessons review` and the page cover by default).
+pub fn start() -> i64 {
+    (wall_clock().div_euclid(DAY) - 6) * DAY
+}
 /// The three repositories.
 pub const REPOS: [&str; 3] = ["acme/api", "acme/web", "acme/cli"];
 
@@ -82,7 +92,8 @@ fn reply(
 
 /// Fills a store at `dir` with the week and returns the review as of the end of day 7.
 pub fn run(dir: &Path) -> Result<Review, Box<dyn Error>> {
-    let clock = Arc::new(AtomicI64::new(START));
+    let start = start();
+    let clock = Arc::new(AtomicI64::new(start));
     let now = {
         let clock = Arc::clone(&clock);
         Arc::new(move || clock.load(Ordering::SeqCst))
@@ -111,10 +122,9 @@ pub fn run(dir: &Path) -> Result<Review, Box<dyn Error>> {
             }
             let runs = if day == 1 { 4 } else { 3 };
             for run in 0..runs {
-                clock.store(
-                    START + (day - 1) * DAY + (r as i64) * 3_600_000 + (run as i64) * 600_000,
-                    Ordering::SeqCst,
-                );
+                // Early in each day; never later than now (today's runs, just after midnight).
+                let at = start + (day - 1) * DAY + (r as i64) * 1_200_000 + (run as i64) * 300_000;
+                clock.store(at.min(wall_clock()), Ordering::SeqCst);
                 let brief = format!("run {run} in {repo}");
                 let shown = shown_set(&store, &scopes, &brief, "done", &config)?;
                 let prompt = reflection_prompt(&shown, &brief);
@@ -145,14 +155,9 @@ pub fn run(dir: &Path) -> Result<Review, Box<dyn Error>> {
             }
         }
     }
-    clock.store(START + 6 * DAY + 12 * 3_600_000, Ordering::SeqCst);
-    let verdict = review(
-        &store,
-        7,
-        None,
-        START + 6 * DAY + 12 * 3_600_000,
-        &Thresholds::default(),
-    )?;
+    let end = (start + 6 * DAY + 2 * 3_600_000).min(wall_clock());
+    clock.store(end, Ordering::SeqCst);
+    let verdict = review(&store, 7, None, end, &Thresholds::default())?;
     store.close()?;
     Ok(verdict)
 }

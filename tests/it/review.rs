@@ -62,7 +62,7 @@ fn the_cli_review_exits_one_and_the_journal_shows_the_restatement_pairs() {
     let dir = tempfile::tempdir().expect("tempdir");
     week::run(dir.path()).expect("the week runs");
     let store = dir.path().to_str().expect("utf-8");
-    // The week is dated 2026-11-23..29: a 3650-day review covers it whatever today is.
+    // The week is the last seven days; a longer review covers it too.
     let out = run(&["--store", store, "review", "--since", "3650d"], "");
     assert_eq!(out.status.code(), Some(1), "a signal fired");
     let text = stdout(&out);
@@ -74,8 +74,6 @@ fn the_cli_review_exits_one_and_the_journal_shows_the_restatement_pairs() {
             store,
             "--json",
             "review",
-            "--since",
-            "3650d",
             "--scope",
             "repo:acme/cli",
         ],
@@ -83,6 +81,19 @@ fn the_cli_review_exits_one_and_the_journal_shows_the_restatement_pairs() {
     );
     let v: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("json");
     assert_eq!(v["fired"], serde_json::json!(["repo:acme/cli: rejected"]));
+    // The default period (the last seven days) is the week: the same verdict as the example's.
+    let all = run(&["--store", store, "--json", "review"], "");
+    assert_eq!(all.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&all)).expect("json");
+    assert_eq!(
+        v["fired"],
+        serde_json::json!([
+            "repo:acme/api: rejected",
+            "repo:acme/cli: rejected",
+            "repo:acme/web: rejected",
+            "repo:acme/web: restated"
+        ])
+    );
     let journal = run(
         &[
             "--store",
