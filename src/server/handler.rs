@@ -473,42 +473,19 @@ pub(super) fn export_response(state: &Arc<AppState>) -> (Response, Option<String
     let spawned = std::thread::Builder::new()
         .name("lessons-export".into())
         .spawn(move || {
-            let mut chunk = Vec::with_capacity(64 * 1024);
-            chunk.extend_from_slice(b"{\"records\":[");
-            let mut first = true;
-            let result = worker.store.export(&mut |r| {
-                if !first {
-                    chunk.push(b',');
-                }
-                first = false;
-                serde_json::to_writer(&mut chunk, &r)
-                    .map_err(|e| crate::Error::format(e.to_string()))?;
-                if chunk.len() >= 64 * 1024 {
-                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(64 * 1024));
-                    tx.blocking_send(Ok(Bytes::from(full)))
-                        .map_err(|_| crate::Error::invalid("the reader went away"))?;
-                }
-                Ok(())
+            let mut out = JsonArrays {
+                chunk: Vec::with_capacity(CHUNK),
+                first: true,
+                tx: &tx,
+            };
+            out.chunk.extend_from_slice(b"{\"records\":[");
+            let result = worker.store.export(&mut |r| out.push(&r)).and_then(|()| {
+                // Then the decision journal, in the same answer.
+                out.chunk.extend_from_slice(b"],\"decisions\":[");
+                out.first = true;
+                worker.store.export_decisions(&mut |d| out.push(&d))
             });
-            // Then the decision journal, in the same answer.
-            let result = result.and_then(|()| {
-                chunk.extend_from_slice(b"],\"decisions\":[");
-                let mut first = true;
-                worker.store.export_decisions(&mut |d| {
-                    if !first {
-                        chunk.push(b',');
-                    }
-                    first = false;
-                    serde_json::to_writer(&mut chunk, &d)
-                        .map_err(|e| crate::Error::format(e.to_string()))?;
-                    if chunk.len() >= 64 * 1024 {
-                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(64 * 1024));
-                        tx.blocking_send(Ok(Bytes::from(full)))
-                            .map_err(|_| crate::Error::invalid("the reader went away"))?;
-                    }
-                    Ok(())
-                })
-            });
+            let mut chunk = out.chunk;
             match result {
                 Ok(()) => {
                     chunk.extend_from_slice(b"]}");
@@ -543,6 +520,34 @@ pub(super) fn export_response(state: &Arc<AppState>) -> (Response, Option<String
             .into_response(),
         Some("streaming".to_owned()),
     )
+}
+
+const CHUNK: usize = 64 * 1024;
+
+/// Comma-separated JSON values written into chunks, each full chunk handed to the channel
+/// (blocking while the reader is slow: that is the bound on memory).
+struct JsonArrays<'a> {
+    chunk: Vec<u8>,
+    first: bool,
+    tx: &'a tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+}
+
+impl JsonArrays<'_> {
+    fn push(&mut self, value: &impl serde::Serialize) -> crate::Result<()> {
+        if !self.first {
+            self.chunk.push(b',');
+        }
+        self.first = false;
+        serde_json::to_writer(&mut self.chunk, value)
+            .map_err(|e| crate::Error::format(e.to_string()))?;
+        if self.chunk.len() >= CHUNK {
+            let full = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK));
+            self.tx
+                .blocking_send(Ok(Bytes::from(full)))
+                .map_err(|_| crate::Error::invalid("the reader went away"))?;
+        }
+        Ok(())
+    }
 }
 
 /// A response body fed by a channel.

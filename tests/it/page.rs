@@ -1,8 +1,7 @@
 //! The page a maintainer reads, in a real browser: headless Chromium driven through
 //! chromedriver (see `webdriver.rs`) against a real `lessons serve` on fixture data.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Stdio};
 
 use lessons::decisions::RejectedFact;
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
@@ -77,23 +76,14 @@ fn fixture(dir: &std::path::Path) {
 }
 
 fn serve(dir: &std::path::Path, port: u16) -> Serve {
-    let child = Command::new(env!("CARGO_BIN_EXE_lessons"))
-        .arg("--store")
-        .arg(dir)
-        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-        .env("MEMORY_TOKEN", TOKEN)
-        .env("MEMORY_READ_TOKEN", READ_TOKEN)
-        .env_remove("LESSONS_STORE")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Serve(child)
+    Serve(crate::util::start_serve(
+        dir,
+        port,
+        TOKEN,
+        &[],
+        &[("MEMORY_READ_TOKEN", READ_TOKEN)],
+        Stdio::null(),
+    ))
 }
 
 fn log_in(b: &Browser, token: &str) {

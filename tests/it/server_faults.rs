@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,22 +85,15 @@ fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack
     let store = fs.0.join("store");
     let log_path = tmp.path().join("serve.log");
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lessons"))
-        .arg("--store")
-        .arg(&store)
-        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-        .env("MEMORY_TOKEN", TOKEN)
-        .env_remove("LESSONS_STORE")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).expect("log file"))
-        .spawn()
-        .expect("serve starts");
+    let mut child = crate::util::start_serve(
+        &store,
+        port,
+        TOKEN,
+        &[],
+        &[],
+        std::fs::File::create(&log_path).expect("log file").into(),
+    );
     let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let filler = fs.fill(300 * 1024);
 
     let pad = "x".repeat(600);
@@ -329,30 +322,15 @@ fn idle_slow_and_excess_connections_are_closed_and_logged() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let port = free_port();
     let log_path = tmp.path().join("serve.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lessons"))
-        .arg("--store")
-        .arg(tmp.path().join("store"))
-        .args([
-            "serve",
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--max-connections",
-            "8",
-            "--idle-timeout",
-            "2",
-        ])
-        .env("MEMORY_TOKEN", TOKEN)
-        .env_remove("LESSONS_STORE")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).expect("log"))
-        .spawn()
-        .expect("serve starts");
+    let mut child = crate::util::start_serve(
+        &tmp.path().join("store"),
+        port,
+        TOKEN,
+        &["--max-connections", "8", "--idle-timeout", "2"],
+        &[],
+        std::fs::File::create(&log_path).expect("log").into(),
+    );
     let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     // Let the probe connections above be closed as idle before filling the slots.
     std::thread::sleep(Duration::from_millis(2500));
 
