@@ -26,8 +26,6 @@ pub const MAX_TEXT_UNITS: usize = 4000;
 pub const MAX_REF_UNITS: usize = 200;
 /// The most keywords a candidate may carry.
 pub const MAX_KEYWORDS: usize = 256;
-/// Keywords a record gets from its text when the writer gives none.
-pub const DEFAULT_KEYWORDS: usize = 20;
 /// The most UTF-16 units of one keyword.
 pub const MAX_KEYWORD_UNITS: usize = 64;
 /// The most bytes of a record's provenance as JSON.
@@ -237,9 +235,9 @@ pub struct Record {
     pub kind: Kind,
     /// The text; never changes.
     pub text: String,
-    /// The writer's keywords, lowercased; empty when the writer gave none, in which case the
-    /// wire shows the text's tokens ([`Record::wire_keywords`]). Matching always uses the
-    /// text's tokens and these.
+    /// The keywords as the writer sent them (case, order and repeats kept), or the text's tokens
+    /// (repeats kept) when it sent none, as the reference Worker stores them: the bot's content
+    /// hash covers them. Matching always uses the text's tokens and these.
     #[serde(default)]
     pub keywords: Vec<String>,
     /// Provenance: the thread.
@@ -314,26 +312,63 @@ impl Serialize for Record {
     }
 }
 
-/// The keywords a record gets from its text when the writer gave none: its first distinct
-/// tokens, as many as the reference Worker keeps.
+/// The keywords a record gets when the writer sent none: every token of its text, repeats kept.
 pub fn default_keywords(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    crate::text::for_each_token(text, |t| {
-        if out.len() < DEFAULT_KEYWORDS && !out.iter().any(|w| w == t) {
-            out.push(t.to_owned());
-        }
-    });
-    out
+    crate::text::tokenize(text)
+}
+
+/// The hash the bot seals a record with: SHA-256, as lowercase hex, of the JSON of
+/// `{scopeKey, kind, text, keywords, sourceThreadKey, sourceRunId}` in that order (`sourceRunId`
+/// `null` when absent), serialized as JavaScript's `JSON.stringify` does. A record read back
+/// must hash to its provenance's `contentHash`, or the bot drops it.
+pub fn content_hash(
+    scope: &ScopeKey,
+    kind: Kind,
+    text: &str,
+    keywords: &[String],
+    source_thread_key: &str,
+    source_run_id: Option<&str>,
+) -> String {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Content<'a> {
+        scope_key: &'a str,
+        kind: &'a str,
+        text: &'a str,
+        keywords: &'a [String],
+        source_thread_key: &'a str,
+        source_run_id: Option<&'a str>,
+    }
+    let json = serde_json::to_vec(&Content {
+        scope_key: scope.as_str(),
+        kind: kind.as_str(),
+        text,
+        keywords,
+        source_thread_key,
+        source_run_id,
+    })
+    .unwrap_or_default();
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(&json);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Record {
-    /// The keywords as the wire shows them: the writer's, else the text's first distinct tokens.
+    /// The keywords as the wire shows them: exactly as stored.
     pub fn wire_keywords(&self) -> Cow<'_, [String]> {
-        if self.keywords.is_empty() {
-            Cow::Owned(default_keywords(&self.text))
-        } else {
-            Cow::Borrowed(&self.keywords)
-        }
+        Cow::Borrowed(&self.keywords)
+    }
+
+    /// This record's content hash (see [`content_hash`]).
+    pub fn content_hash(&self) -> String {
+        content_hash(
+            &self.scope_key,
+            self.kind,
+            &self.text,
+            &self.keywords,
+            &self.source_thread_key,
+            self.source_run_id.as_deref(),
+        )
     }
 
     /// The sequence number encoded in the id.
@@ -484,21 +519,13 @@ impl Candidate {
         };
         let supersedes = pointer("supersedes", &self.supersedes)?;
         let restates = pointer("restates", &self.restates)?;
+        // Stored as sent (the bot's content hash covers them); none sent: the text's tokens.
         let keywords = match &self.keywords {
-            Some(k) if !k.is_empty() => {
+            Some(k) => {
                 check_keywords(k).map_err(at)?;
-                let mut out: Vec<String> = Vec::with_capacity(k.len());
-                for w in k {
-                    let w = w.to_lowercase();
-                    if !w.is_empty() && !out.contains(&w) {
-                        out.push(w);
-                    }
-                }
-                out
+                k.clone()
             }
-            // None given: stored empty, shown as the text's tokens (`Record::wire_keywords`).
-            // Matching uses every token of the text anyway, so nothing is lost.
-            _ => Vec::new(),
+            None => default_keywords(&self.text),
         };
         if let Some(p) = &self.provenance {
             check_provenance(p, scope).map_err(at)?;
@@ -508,7 +535,8 @@ impl Candidate {
             text: self.text.clone(),
             keywords,
             source_thread_key: self.source_thread_key.clone(),
-            source_run_id: self.source_run_id.clone().filter(|s| !s.is_empty()),
+            // Kept as sent, "" included: the content hash covers it.
+            source_run_id: self.source_run_id.clone(),
             confidence: self.confidence,
             supersedes,
             restates,
@@ -690,10 +718,14 @@ mod tests {
     #[test]
     fn candidates_validate_with_reasons() {
         let scope = ScopeKey::parse("org:acme").expect("valid");
-        let ok = Candidate::fact("Run NPM ci", "t")
+        let ok = Candidate::fact("Run NPM ci, run it", "t")
             .validate(&scope, 0)
             .expect("valid");
-        assert!(ok.keywords.is_empty(), "no keywords given: none stored");
+        assert_eq!(
+            ok.keywords,
+            ["run", "npm", "ci", "run", "it"],
+            "none sent: the text's tokens, repeats kept"
+        );
         let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
         let blank = blank.expect_err("blank");
         assert!(blank.is_invalid());
@@ -714,7 +746,50 @@ mod tests {
         assert!(foreign.validate(&scope, 0).is_err());
         let mut kw = Candidate::fact("x", "t");
         kw.keywords = Some(vec!["NPM".into(), "npm".into(), "Ci".into()]);
-        assert_eq!(kw.validate(&scope, 0).expect("ok").keywords, ["npm", "ci"]);
+        assert_eq!(
+            kw.validate(&scope, 0).expect("ok").keywords,
+            ["NPM", "npm", "Ci"],
+            "stored as sent: the bot's content hash covers them"
+        );
+        kw.keywords = Some(Vec::new());
+        assert!(
+            kw.validate(&scope, 0).expect("ok").keywords.is_empty(),
+            "[] stays []"
+        );
+        let mut run = Candidate::fact("x", "t");
+        run.source_run_id = Some(String::new());
+        assert_eq!(
+            run.validate(&scope, 0)
+                .expect("ok")
+                .source_run_id
+                .as_deref(),
+            Some("")
+        );
+    }
+
+    #[test]
+    fn the_content_hash_is_the_bots() {
+        // sha256 of {"scopeKey":"repo:acme/app","kind":"fact","text":"run npm ci \u00e9 \"q\"","keywords":["npm","ci"],"sourceThreadKey":"slack:C1:1","sourceRunId":null}
+        // as JSON.stringify writes it (computed independently with Python's json.dumps(...,
+        // separators=(",", ":"), ensure_ascii=False) and hashlib).
+        let scope = ScopeKey::parse("repo:acme/app").expect("valid");
+        let h = content_hash(
+            &scope,
+            Kind::Fact,
+            "run npm ci \u{e9} \"q\"",
+            &["npm".to_owned(), "ci".to_owned()],
+            "slack:C1:1",
+            None,
+        );
+        assert_eq!(
+            h,
+            "5fbb98d56bbc246d7304a4390e6aac5dd24170d1d644a9be111d2b9ef17fdb59"
+        );
+        let with_run = content_hash(&scope, Kind::Fact, "x", &[], "t", Some(""));
+        assert_ne!(
+            with_run,
+            content_hash(&scope, Kind::Fact, "x", &[], "t", None)
+        );
     }
 
     #[test]
@@ -739,13 +814,11 @@ mod tests {
         assert!(!json.contains("null"), "{json}");
         assert!(json.contains("\"scopeKey\":\"org:a\""));
         assert!(json.contains("\"sourceThreadKey\""));
-        let mut r = r;
-        r.text = "Run npm CI, run it twice".into();
-        let json = serde_json::to_string(&r).expect("serializes");
         assert!(
-            json.contains("\"keywords\":[\"run\",\"npm\",\"ci\",\"it\",\"twice\"]"),
-            "{json}"
+            json.contains("\"keywords\":[]"),
+            "stored keywords, shown as stored: {json}"
         );
+        let mut r = r;
         r.keywords = vec!["license".into()];
         let json = serde_json::to_string(&r).expect("serializes");
         assert!(json.contains("\"keywords\":[\"license\"]"), "{json}");

@@ -142,7 +142,6 @@ impl MemoryStore for InMemoryStore {
                 continue;
             }
             let seq = records.keys().next_back().map_or(0, |s| s + 1);
-            let supersedes = target.and_then(|t| records.get(&t)).map(|r| r.id.clone());
             records.insert(
                 seq,
                 Record {
@@ -158,7 +157,8 @@ impl MemoryStore for InMemoryStore {
                     last_used_at: None,
                     use_count: 0,
                     confidence: c.confidence,
-                    supersedes,
+                    // As sent, whether or not it resolved: the reference keeps the pointer.
+                    supersedes: c.supersedes.clone(),
                     status: Status::Active,
                 },
             );

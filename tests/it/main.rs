@@ -9,6 +9,7 @@ mod model_check;
 mod page;
 mod reflection;
 mod review;
+mod sealed;
 mod server;
 mod server_faults;
 mod store;

@@ -493,7 +493,7 @@ impl Shared {
                 last_used_at: touched.meta.last_used_at,
                 use_count: touched.meta.use_count,
                 confidence: touched.meta.confidence,
-                supersedes: insert.supersedes.clone(),
+                supersedes: c.supersedes.clone(),
                 status: touched.status,
             };
             // The bookkeeping was checked against the records, so this cannot fire unless the
