@@ -370,7 +370,7 @@ pub struct ListArgs {
     /// At most this many records (1–50).
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
-    /// Only records whose text contains this (case and spacing ignored).
+    /// Only records holding any token of this as a whole token of their text or keywords.
     #[arg(long)]
     pub query: Option<String>,
 }

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use parking_lot::Mutex;
 
 use super::{
-    day_of, format_day, list_filter_matches, system_clock, validate_limit, validate_query,
-    validate_write, Clock, DayCounters, DayStats, ImportReport, ListQuery, MemoryStore,
-    SweepReceipt, WriteOptions,
+    day_of, format_day, system_clock, validate_limit, validate_query, validate_write, Clock,
+    DayCounters, DayStats, ImportReport, ListFilter, ListQuery, MemoryStore, SweepReceipt,
+    WriteOptions,
 };
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
@@ -212,9 +212,8 @@ impl MemoryStore for InMemoryStore {
 
     fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
         validate_limit(query.limit)?;
-        let q = query.query.as_deref().unwrap_or("");
-        validate_query(q)?;
-        let q = normalize(q);
+        validate_query(query.query.as_deref().unwrap_or(""))?;
+        let filter = ListFilter::new(query.query.as_deref());
         let state = self.state.lock();
         Ok(state
             .scopes
@@ -223,7 +222,7 @@ impl MemoryStore for InMemoryStore {
             .flat_map(|rs| rs.values().rev())
             .filter(|r| r.status == Status::Active)
             .filter(|r| query.kind.is_none_or(|k| r.kind == k))
-            .filter(|r| list_filter_matches(r, &q))
+            .filter(|r| filter.keeps(r))
             .take(query.limit)
             .cloned()
             .collect())

@@ -72,7 +72,8 @@ pub struct ListQuery {
     pub limit: usize,
     /// Only this kind.
     pub kind: Option<Kind>,
-    /// Only records whose normalized text contains this normalized query.
+    /// Only records holding any of this query's tokens as a whole token of their text or
+    /// keywords (an empty query filters nothing; one without tokens matches nothing).
     pub query: Option<String>,
 }
 
@@ -374,9 +375,43 @@ pub(crate) fn validate_query(query: &str) -> Result<()> {
     }
 }
 
-/// Does `record` pass `list`'s text filter?
-pub(crate) fn list_filter_matches(record: &Record, normalized_query: &str) -> bool {
-    normalized_query.is_empty() || crate::text::normalize(&record.text).contains(normalized_query)
+/// `list`'s query filter, as the reference Worker applies it: a record passes when it holds any
+/// token of the query as a whole token of its text or keywords (the Worker's FTS MATCH of the
+/// tokenized query). An empty query filters nothing (JavaScript's `if (query)`); a query with no
+/// token at all matches nothing.
+pub(crate) enum ListFilter {
+    All,
+    Nothing,
+    Tokens(std::collections::HashSet<String>),
+}
+
+impl ListFilter {
+    pub(crate) fn new(query: Option<&str>) -> ListFilter {
+        match query {
+            None | Some("") => ListFilter::All,
+            Some(q) => {
+                let tokens: std::collections::HashSet<String> =
+                    crate::text::tokenize(q).into_iter().collect();
+                if tokens.is_empty() {
+                    ListFilter::Nothing
+                } else {
+                    ListFilter::Tokens(tokens)
+                }
+            }
+        }
+    }
+
+    pub(crate) fn keeps(&self, record: &Record) -> bool {
+        match self {
+            ListFilter::All => true,
+            ListFilter::Nothing => false,
+            ListFilter::Tokens(wanted) => {
+                crate::rank::record_tokens(&record.text, &record.keywords)
+                    .iter()
+                    .any(|t| wanted.contains(t))
+            }
+        }
+    }
 }
 
 /// The UTC day (days since the epoch) of a time.

@@ -135,29 +135,35 @@ fn window_is_the_newest_facts_and_list_never_bumps() {
             )
             .expect("list");
         assert_eq!(sums.len(), 6);
-        let filtered = store
-            .list(
-                &repo,
-                &ListQuery {
-                    limit: 50,
-                    kind: None,
-                    query: Some("LESSON 1".into()),
-                },
-            )
-            .expect("list");
+        // The reference's rule: any query token, as a whole token of text or keywords.
+        let q = |query: &str| {
+            store
+                .list(
+                    &repo,
+                    &ListQuery {
+                        limit: 50,
+                        kind: None,
+                        query: Some(query.into()),
+                    },
+                )
+                .expect("list")
+        };
+        assert_eq!(texts(&q("19 Eleven 11")), ["lesson 19", "lesson 11"]);
+        assert!(
+            q("!!! ...").is_empty(),
+            "a query without tokens matches nothing"
+        );
         assert_eq!(
-            texts(&filtered),
-            [
-                "lesson 19",
-                "lesson 18",
-                "lesson 17",
-                "lesson 16",
-                "lesson 14",
-                "lesson 13",
-                "lesson 12",
-                "lesson 11",
-                "lesson 1"
-            ]
+            q("").len(),
+            store
+                .list(&repo, &ListQuery::newest(50))
+                .expect("list")
+                .len(),
+            "an empty query filters nothing"
+        );
+        assert!(
+            q("1").iter().all(|r| r.text == "lesson 1"),
+            "whole tokens, not substrings"
         );
         assert!(all
             .iter()

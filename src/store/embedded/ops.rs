@@ -7,8 +7,8 @@ use fjall::Readable;
 
 use super::super::codec::{self, ScopeMeta};
 use super::super::{
-    format_day, list_filter_matches, validate_limit, validate_query, validate_write, DayStats,
-    ImportReport, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
+    format_day, validate_limit, validate_query, validate_write, DayStats, ImportReport, ListQuery,
+    MemoryStore, SweepReceipt, WriteOptions,
 };
 use super::commit::Ticket;
 use super::records::with_status;
@@ -49,11 +49,10 @@ impl MemoryStore for EmbeddedStore {
 
     fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
         validate_limit(query.limit)?;
-        let q = query.query.as_deref().unwrap_or("");
-        validate_query(q)?;
-        let q = normalize(q);
+        validate_query(query.query.as_deref().unwrap_or(""))?;
+        let filter = super::super::ListFilter::new(query.query.as_deref());
         let s = &*self.shared;
-        let keep = |r: &Record| list_filter_matches(r, &q);
+        let keep = |r: &Record| filter.keeps(r);
         let mut out = Vec::with_capacity(query.limit);
         if let Some(kind) = query.kind {
             for g in s.ks.active.prefix(codec::active_prefix(scope, kind)) {
