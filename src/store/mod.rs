@@ -73,7 +73,7 @@ pub struct ListQuery {
     /// Only this kind.
     pub kind: Option<Kind>,
     /// Only records holding any of this query's tokens as a whole token of their text or
-    /// keywords (an empty query filters nothing; one without tokens matches nothing).
+    /// keywords (a query without tokens, the empty string included, matches nothing).
     pub query: Option<String>,
 }
 
@@ -377,8 +377,8 @@ pub(crate) fn validate_query(query: &str) -> Result<()> {
 
 /// `list`'s query filter, as the reference Worker applies it: a record passes when it holds any
 /// token of the query as a whole token of its text or keywords (the Worker's FTS MATCH of the
-/// tokenized query). An empty query filters nothing (JavaScript's `if (query)`); a query with no
-/// token at all matches nothing.
+/// tokenized query). Without a query nothing is filtered; a query with no token at all (the
+/// empty string included) matches nothing, as the Worker's `query === undefined` test has it.
 pub(crate) enum ListFilter {
     All,
     Nothing,
@@ -388,7 +388,7 @@ pub(crate) enum ListFilter {
 impl ListFilter {
     pub(crate) fn new(query: Option<&str>) -> ListFilter {
         match query {
-            None | Some("") => ListFilter::All,
+            None => ListFilter::All,
             Some(q) => {
                 let tokens: std::collections::HashSet<String> =
                     crate::text::tokenize(q).into_iter().collect();

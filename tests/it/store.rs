@@ -153,14 +153,7 @@ fn window_is_the_newest_facts_and_list_never_bumps() {
             q("!!! ...").is_empty(),
             "a query without tokens matches nothing"
         );
-        assert_eq!(
-            q("").len(),
-            store
-                .list(&repo, &ListQuery::newest(50))
-                .expect("list")
-                .len(),
-            "an empty query filters nothing"
-        );
+        assert!(q("").is_empty(), "the empty query has no tokens either");
         assert!(
             q("1").iter().all(|r| r.text == "lesson 1"),
             "whole tokens, not substrings"
