@@ -206,14 +206,6 @@ fn memory_off_means_no_block_and_no_store_call() {
 fn a_failed_window_read_logs_one_warning_without_text_and_keeps_the_hits() {
     struct WindowFails(InMemoryStore);
     impl MemoryStore for WindowFails {
-        fn write(
-            &self,
-            s: &ScopeKey,
-            c: &[Candidate],
-            o: &WriteOptions,
-        ) -> lessons::Result<lessons::WriteCounts> {
-            self.0.write(s, c, o)
-        }
         fn list(
             &self,
             _: &ScopeKey,
@@ -224,57 +216,21 @@ fn a_failed_window_read_logs_one_warning_without_text_and_keeps_the_hits() {
                 "worker answered 503",
             ))
         }
-        fn retrieve(
-            &self,
-            s: &ScopeKey,
-            q: &str,
-            l: usize,
-        ) -> lessons::Result<Vec<lessons::Record>> {
-            self.0.retrieve(s, q, l)
-        }
-        fn forget(&self, s: &ScopeKey, i: &str) -> lessons::Result<bool> {
-            self.0.forget(s, i)
-        }
-        fn sweep(&self, s: &ScopeKey, d: bool) -> lessons::Result<lessons::SweepReceipt> {
-            self.0.sweep(s, d)
-        }
-        fn get(&self, i: &str) -> lessons::Result<Option<lessons::Record>> {
-            self.0.get(i)
-        }
-        fn scopes(&self) -> lessons::Result<Vec<ScopeKey>> {
-            self.0.scopes()
-        }
-        fn export(
-            &self,
-            f: &mut dyn FnMut(lessons::Record) -> lessons::Result<()>,
-        ) -> lessons::Result<()> {
-            self.0.export(f)
-        }
-        fn import(&self, r: &[lessons::Record]) -> lessons::Result<lessons::store::ImportReport> {
-            self.0.import(r)
-        }
-        fn stats(&self, d: i64) -> lessons::Result<Vec<lessons::store::DayStats>> {
-            self.0.stats(d)
-        }
-        fn decisions(
-            &self,
-            s: &ScopeKey,
-            q: &lessons::DecisionQuery,
-        ) -> lessons::Result<Vec<lessons::Decision>> {
-            self.0.decisions(s, q)
-        }
-        fn export_decisions(
-            &self,
-            sink: &mut dyn FnMut(lessons::Decision) -> lessons::Result<()>,
-        ) -> lessons::Result<()> {
-            self.0.export_decisions(sink)
-        }
-        fn import_decisions(&self, e: &[lessons::Decision]) -> lessons::Result<u64> {
-            self.0.import_decisions(e)
-        }
-        fn active_count(&self, s: &ScopeKey) -> lessons::Result<u64> {
-            self.0.active_count(s)
-        }
+        crate::delegate_store!(
+            write,
+            retrieve,
+            forget,
+            sweep,
+            get,
+            scopes,
+            export,
+            import,
+            stats,
+            decisions,
+            export_decisions,
+            import_decisions,
+            active_count
+        );
     }
     let clock = FakeClock::new(T0);
     let store = WindowFails(seeded(&clock));

@@ -210,59 +210,21 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
                 "committing a write: No space left on device (os error 28)",
             ))
         }
-        fn list(
-            &self,
-            s: &ScopeKey,
-            q: &lessons::store::ListQuery,
-        ) -> lessons::Result<Vec<Record>> {
-            self.0.list(s, q)
-        }
-        fn retrieve(&self, s: &ScopeKey, q: &str, l: usize) -> lessons::Result<Vec<Record>> {
-            self.0.retrieve(s, q, l)
-        }
-        fn forget(&self, s: &ScopeKey, id: &str) -> lessons::Result<bool> {
-            self.0.forget(s, id)
-        }
-        fn sweep(&self, s: &ScopeKey, d: bool) -> lessons::Result<lessons::store::SweepReceipt> {
-            self.0.sweep(s, d)
-        }
-        fn get(&self, id: &str) -> lessons::Result<Option<Record>> {
-            self.0.get(id)
-        }
-        fn scopes(&self) -> lessons::Result<Vec<ScopeKey>> {
-            self.0.scopes()
-        }
-        fn export(
-            &self,
-            sink: &mut dyn FnMut(Record) -> lessons::Result<()>,
-        ) -> lessons::Result<()> {
-            self.0.export(sink)
-        }
-        fn import(&self, r: &[Record]) -> lessons::Result<lessons::store::ImportReport> {
-            self.0.import(r)
-        }
-        fn stats(&self, since: i64) -> lessons::Result<Vec<lessons::store::DayStats>> {
-            self.0.stats(since)
-        }
-        fn decisions(
-            &self,
-            s: &ScopeKey,
-            q: &lessons::DecisionQuery,
-        ) -> lessons::Result<Vec<lessons::Decision>> {
-            self.0.decisions(s, q)
-        }
-        fn export_decisions(
-            &self,
-            sink: &mut dyn FnMut(lessons::Decision) -> lessons::Result<()>,
-        ) -> lessons::Result<()> {
-            self.0.export_decisions(sink)
-        }
-        fn import_decisions(&self, e: &[lessons::Decision]) -> lessons::Result<u64> {
-            self.0.import_decisions(e)
-        }
-        fn active_count(&self, s: &ScopeKey) -> lessons::Result<u64> {
-            self.0.active_count(s)
-        }
+        crate::delegate_store!(
+            list,
+            retrieve,
+            forget,
+            sweep,
+            get,
+            scopes,
+            export,
+            import,
+            stats,
+            decisions,
+            export_decisions,
+            import_decisions,
+            active_count
+        );
     }
     let auth = Auth {
         token: Some(TOKEN.to_owned()),

@@ -93,3 +93,70 @@ pub fn start_serve(
     }
     child
 }
+
+/// Delegates the named `MemoryStore` methods of a test double to its field `self.0`, so a double
+/// writes out only the methods it changes (and a new trait method is added here once).
+#[macro_export]
+macro_rules! delegate_store {
+    ($($method:ident),* $(,)?) => { $( $crate::delegate_store!(@one $method); )* };
+    (@one write) => {
+        fn write(&self, s: &lessons::ScopeKey, c: &[lessons::Candidate], o: &lessons::WriteOptions)
+            -> lessons::Result<lessons::WriteCounts> { self.0.write(s, c, o) }
+    };
+    (@one list) => {
+        fn list(&self, s: &lessons::ScopeKey, q: &lessons::ListQuery)
+            -> lessons::Result<Vec<lessons::Record>> { self.0.list(s, q) }
+    };
+    (@one retrieve) => {
+        fn retrieve(&self, s: &lessons::ScopeKey, q: &str, l: usize)
+            -> lessons::Result<Vec<lessons::Record>> { self.0.retrieve(s, q, l) }
+    };
+    (@one forget) => {
+        fn forget(&self, s: &lessons::ScopeKey, i: &str) -> lessons::Result<bool> {
+            self.0.forget(s, i)
+        }
+    };
+    (@one sweep) => {
+        fn sweep(&self, s: &lessons::ScopeKey, d: bool) -> lessons::Result<lessons::SweepReceipt> {
+            self.0.sweep(s, d)
+        }
+    };
+    (@one get) => {
+        fn get(&self, i: &str) -> lessons::Result<Option<lessons::Record>> { self.0.get(i) }
+    };
+    (@one scopes) => {
+        fn scopes(&self) -> lessons::Result<Vec<lessons::ScopeKey>> { self.0.scopes() }
+    };
+    (@one export) => {
+        fn export(&self, sink: &mut dyn FnMut(lessons::Record) -> lessons::Result<()>)
+            -> lessons::Result<()> { self.0.export(sink) }
+    };
+    (@one import) => {
+        fn import(&self, r: &[lessons::Record]) -> lessons::Result<lessons::store::ImportReport> {
+            self.0.import(r)
+        }
+    };
+    (@one stats) => {
+        fn stats(&self, d: i64) -> lessons::Result<Vec<lessons::store::DayStats>> {
+            self.0.stats(d)
+        }
+    };
+    (@one decisions) => {
+        fn decisions(&self, s: &lessons::ScopeKey, q: &lessons::DecisionQuery)
+            -> lessons::Result<Vec<lessons::Decision>> { self.0.decisions(s, q) }
+    };
+    (@one export_decisions) => {
+        fn export_decisions(&self, sink: &mut dyn FnMut(lessons::Decision) -> lessons::Result<()>)
+            -> lessons::Result<()> { self.0.export_decisions(sink) }
+    };
+    (@one import_decisions) => {
+        fn import_decisions(&self, e: &[lessons::Decision]) -> lessons::Result<u64> {
+            self.0.import_decisions(e)
+        }
+    };
+    (@one active_count) => {
+        fn active_count(&self, s: &lessons::ScopeKey) -> lessons::Result<u64> {
+            self.0.active_count(s)
+        }
+    };
+}
