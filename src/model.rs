@@ -24,8 +24,8 @@ pub const MAX_SCOPE_KEY_CHARS: usize = 200;
 pub const MAX_TEXT_UNITS: usize = 4000;
 /// The most UTF-16 units of an id, a thread key or a run id.
 pub const MAX_REF_UNITS: usize = 200;
-/// The most keywords a candidate may carry.
-pub const MAX_KEYWORDS: usize = 256;
+/// The most keywords a candidate may carry (the reference Worker's bound).
+pub const MAX_KEYWORDS: usize = 20;
 /// The most UTF-16 units of one keyword.
 pub const MAX_KEYWORD_UNITS: usize = 64;
 /// The most bytes of a record's provenance as JSON.
@@ -69,7 +69,7 @@ impl ScopeKey {
         if key.is_empty() {
             return Err("scopeKey must not be empty".into());
         }
-        if key.chars().count() > MAX_SCOPE_KEY_CHARS {
+        if utf16_len(key) > MAX_SCOPE_KEY_CHARS {
             return Err(format!(
                 "scopeKey must be at most {MAX_SCOPE_KEY_CHARS} characters"
             ));
@@ -265,7 +265,8 @@ pub struct Record {
     pub status: Status,
 }
 
-/// The wire form of a [`Record`]: field order and names as the Worker answers them.
+/// The wire form of a [`Record`]: the reference Worker's `toRecord` order, the fields every
+/// record has first and then the optional ones present, numbers as JavaScript prints them.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct WireRecord<'a> {
@@ -275,23 +276,30 @@ struct WireRecord<'a> {
     text: &'a str,
     keywords: Cow<'a, [String]>,
     source_thread_key: &'a str,
+    created_at: i64,
+    use_count: u64,
+    status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     source_run_id: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    provenance: &'a Option<serde_json::Value>,
-    created_at: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     last_used_at: Option<i64>,
-    use_count: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    confidence: Option<f64>,
+    confidence: Option<Box<serde_json::value::RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     supersedes: &'a Option<String>,
-    status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provenance: &'a Option<serde_json::Value>,
 }
 
 impl Serialize for Record {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let confidence = match self.confidence {
+            Some(c) => Some(
+                serde_json::value::RawValue::from_string(crate::text::js_number(c))
+                    .map_err(serde::ser::Error::custom)?,
+            ),
+            None => None,
+        };
         WireRecord {
             id: &self.id,
             scope_key: &self.scope_key,
@@ -299,14 +307,14 @@ impl Serialize for Record {
             text: &self.text,
             keywords: self.wire_keywords(),
             source_thread_key: &self.source_thread_key,
-            source_run_id: &self.source_run_id,
-            provenance: &self.provenance,
             created_at: self.created_at,
-            last_used_at: self.last_used_at,
             use_count: self.use_count,
-            confidence: self.confidence,
-            supersedes: &self.supersedes,
             status: self.status,
+            source_run_id: &self.source_run_id,
+            last_used_at: self.last_used_at,
+            confidence,
+            supersedes: &self.supersedes,
+            provenance: &self.provenance,
         }
         .serialize(s)
     }
@@ -496,37 +504,55 @@ impl Candidate {
         scope: &ScopeKey,
         index: usize,
     ) -> Result<ValidCandidate, String> {
-        let at = |e: String| format!("records[{index}]: {e}");
+        // The reference Worker's checks, in its order and with its words, so the library, the
+        // server and a client of either read the same reason.
+        let at = format!("records[{index}]");
         let kind = self
             .kind
-            .ok_or_else(|| at("kind must be \"fact\" or \"summary\"".into()))?;
-        check_text(&self.text).map_err(at)?;
-        check_ref("sourceThreadKey", &self.source_thread_key, true).map_err(at)?;
-        if let Some(run) = &self.source_run_id {
-            check_ref("sourceRunId", run, false).map_err(at)?;
+            .ok_or_else(|| format!("{at}.kind must be \"fact\" or \"summary\""))?;
+        if self.text.chars().all(crate::text::is_js_whitespace) {
+            return Err(format!("{at}.text must be a non-empty string"));
         }
-        if let Some(c) = self.confidence {
-            check_confidence(c).map_err(at)?;
+        if utf16_len(&self.text) > MAX_TEXT_UNITS {
+            return Err(format!(
+                "{at}.text must be at most {MAX_TEXT_UNITS} characters"
+            ));
         }
-        let pointer = |name: &str, v: &Option<String>| -> Result<Option<String>, String> {
-            match v.as_deref() {
-                None | Some("") => Ok(None),
-                Some(id) => {
-                    check_ref(name, id, false).map_err(at)?;
-                    Ok(Some(id.to_owned()))
-                }
-            }
-        };
-        let supersedes = pointer("supersedes", &self.supersedes)?;
-        let restates = pointer("restates", &self.restates)?;
+        if self.source_thread_key.is_empty() || utf16_len(&self.source_thread_key) > MAX_REF_UNITS {
+            return Err(format!("{at}.sourceThreadKey must be a non-empty string"));
+        }
         // Stored as sent (the bot's content hash covers them); none sent: the text's tokens.
         let keywords = match &self.keywords {
             Some(k) => {
-                check_keywords(k).map_err(at)?;
+                check_keywords(k).map_err(|_| {
+                    format!(
+                        "{at}.keywords must be an array of at most {MAX_KEYWORDS} short strings"
+                    )
+                })?;
                 k.clone()
             }
             None => default_keywords(&self.text),
         };
+        let bounded = |name: &str, v: &Option<String>| -> Result<(), String> {
+            match v {
+                Some(v) if utf16_len(v) > MAX_REF_UNITS => {
+                    Err(format!("{at}.{name} must be a string"))
+                }
+                _ => Ok(()),
+            }
+        };
+        bounded("sourceRunId", &self.source_run_id)?;
+        if let Some(c) = self.confidence {
+            check_confidence(c)
+                .map_err(|_| format!("{at}.confidence must be a number in [0, 1]"))?;
+        }
+        bounded("supersedes", &self.supersedes)?;
+        bounded("restates", &self.restates)?;
+        let pointer =
+            |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+        let supersedes = pointer(&self.supersedes);
+        let restates = pointer(&self.restates);
+        let at = |e: String| format!("{at}: {e}");
         if let Some(p) = &self.provenance {
             check_provenance(p, scope).map_err(at)?;
         }
@@ -629,9 +655,12 @@ fn check_keywords(keywords: &[String]) -> Result<(), String> {
     if keywords.len() > MAX_KEYWORDS {
         return Err(format!("keywords must hold at most {MAX_KEYWORDS} entries"));
     }
-    if keywords.iter().any(|k| utf16_len(k) > MAX_KEYWORD_UNITS) {
+    if keywords
+        .iter()
+        .any(|k| k.is_empty() || utf16_len(k) > MAX_KEYWORD_UNITS)
+    {
         return Err(format!(
-            "each keyword must be at most {MAX_KEYWORD_UNITS} UTF-16 units"
+            "each keyword must be 1 to {MAX_KEYWORD_UNITS} UTF-16 units"
         ));
     }
     Ok(())
@@ -729,7 +758,7 @@ mod tests {
         let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
         let blank = blank.expect_err("blank");
         assert!(blank.is_invalid());
-        assert_eq!(blank.message(), "records[3]: text must not be empty");
+        assert_eq!(blank.message(), "records[3].text must be a non-empty string");
         let long = Candidate::fact("x".repeat(4001), "t").validate(&scope, 0);
         assert!(long.expect_err("long").message().contains("4000"));
         let conf = Candidate::fact("x", "t")

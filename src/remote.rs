@@ -233,6 +233,7 @@ impl MemoryStore for RemoteStore {
     }
 
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
+        crate::store::validate_forget_id(id)?;
         let v = self.post("/forget", &json!({"scopeKey": scope, "id": id}))?;
         Ok(v.get("forgotten").and_then(Value::as_bool).unwrap_or(false))
     }

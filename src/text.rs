@@ -192,3 +192,71 @@ mod tests {
         assert_eq!(utf16_len("\u{1F600}"), 2);
     }
 }
+
+/// A finite number as JavaScript's `JSON.stringify` prints it: the shortest digits that read
+/// back to the same double, integers without a fraction, decimals from 1e-6 to 1e21, exponent
+/// form (`1e-7`, `1e+21`) outside. Not finite: `null`, as JavaScript prints it.
+pub fn js_number(x: f64) -> String {
+    if !x.is_finite() {
+        return "null".into();
+    }
+    if x == 0.0 {
+        return "0".into();
+    }
+    // Rust's `{:e}` prints the shortest round-trip digits: `-1.2345e-7`.
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let k = digits.len() as i32;
+    let n = exp + 1;
+    let body = if k <= n && n <= 21 {
+        format!("{digits}{}", "0".repeat((n - k) as usize))
+    } else if 0 < n && n <= 21 {
+        let (int, frac) = digits.split_at(n as usize);
+        format!("{int}.{frac}")
+    } else if -6 < n && n <= 0 {
+        format!("0.{}{digits}", "0".repeat((-n) as usize))
+    } else {
+        let (first, rest) = digits.split_at(1);
+        let sign = if n - 1 < 0 { '-' } else { '+' };
+        let dot = if rest.is_empty() { "" } else { "." };
+        format!("{first}{dot}{rest}e{sign}{}", (n - 1).abs())
+    };
+    if x < 0.0 {
+        format!("-{body}")
+    } else {
+        body
+    }
+}
+
+#[cfg(test)]
+mod js_number_tests {
+    use super::js_number;
+
+    #[test]
+    fn numbers_print_as_javascript_prints_them() {
+        // Each pair checked against node's JSON.stringify.
+        let cases = [
+            (1.0, "1"),
+            (0.5, "0.5"),
+            (0.1, "0.1"),
+            (1e-6, "0.000001"),
+            (1.5e-6, "0.0000015"),
+            (1e-7, "1e-7"),
+            (0.000012345, "0.000012345"),
+            (0.3333333333333333, "0.3333333333333333"),
+            (1e-5, "0.00001"),
+            (123456789012345680000.0, "123456789012345680000"),
+            (1e21, "1e+21"),
+            (1.5e300, "1.5e+300"),
+            (5e-324, "5e-324"),
+            (-0.25, "-0.25"),
+            (-0.0, "0"),
+            (42.0, "42"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(js_number(x), want, "{x}");
+        }
+    }
+}

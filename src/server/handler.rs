@@ -105,11 +105,23 @@ fn page_response(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+fn too_large() -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("body must be at most {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// Decides the answer, and a log suffix (scope and counts, never text).
 pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, Option<String>) {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     // 404 before anything else, even without a token.
+    // GET /healthz is answered before routing, as the reference Worker does: any other method
+    // on it is an unknown route (404), not a wrong method.
+    if path == "/healthz" && method != Method::GET {
+        return (error(StatusCode::NOT_FOUND, "not found"), None);
+    }
     let (get_route, post_route) = match path.as_str() {
         "/healthz" | "/metrics" => (true, None),
         p if page_asset(p).is_some() => (true, None),
@@ -158,38 +170,31 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
     if post_route == Some(true) && matches!(access, Access::ReadOnly) {
         return (error(StatusCode::FORBIDDEN, "forbidden"), None);
     }
+    // A plain digit string (RFC 9110), as the reference checks it: an absent header, a blank
+    // one, or "+5" / "0x10" / "5e2" is 411; a well-formed length over the fence is 413, however
+    // many digits it has.
     let length = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
     let Some(length) = length else {
         return (
-            error(StatusCode::LENGTH_REQUIRED, "a Content-Length is required"),
-            None,
-        );
-    };
-    if length > MAX_BODY_BYTES {
-        return (
             error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body must be at most 512 KiB",
+                StatusCode::LENGTH_REQUIRED,
+                "body must declare a numeric Content-Length",
             ),
             None,
         );
+    };
+    if length.parse::<usize>().map_or(true, |n| n > MAX_BODY_BYTES) {
+        return (too_large(), None);
     }
     let read = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
     let bytes: Bytes = match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Ok(Ok(b)) => b,
-        Ok(Err(_)) => {
-            return (
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body must be at most 512 KiB",
-                ),
-                None,
-            )
-        }
+        Ok(Err(_)) => return (too_large(), None),
         Err(_) => {
             return (
                 error(
@@ -200,7 +205,7 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
             )
         }
     };
-    let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
+    let Some(value) = super::body::decode(&bytes) else {
         return (
             error(StatusCode::BAD_REQUEST, "body must be valid JSON"),
             None,

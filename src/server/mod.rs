@@ -14,6 +14,7 @@
 #![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
 
 mod auth;
+mod body;
 mod conn;
 mod handler;
 mod metrics;

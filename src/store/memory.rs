@@ -263,6 +263,7 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
+        crate::store::validate_forget_id(id)?;
         let mut state = self.state.lock();
         let now = (self.clock)();
         let Some(records) = state.scopes.get_mut(scope) else {

@@ -365,6 +365,24 @@ pub(crate) fn validate_limit(limit: usize) -> Result<()> {
     }
 }
 
+/// An id `forget` accepts, by the reference Worker's rule: 1–200 UTF-16 units, no whitespace
+/// or control character. Any other id names no record, and saying so beats answering `false`.
+pub(crate) fn validate_forget_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && utf16_len(id) <= crate::model::MAX_REF_UNITS
+        && !id
+            .chars()
+            .any(|c| c.is_whitespace() || crate::text::is_js_whitespace(c) || c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "id must be a non-empty string of at most {} characters with no whitespace",
+            crate::model::MAX_REF_UNITS
+        )))
+    }
+}
+
 pub(crate) fn validate_query(query: &str) -> Result<()> {
     if utf16_len(query) > MAX_QUERY_UNITS {
         Err(Error::invalid(format!(

@@ -273,7 +273,7 @@ fn store_commands_fail_with_one_line_reasons() {
         (
             &["write", "--scope", "org:acme"],
             r#"[{"kind":"fact","text":"  ","sourceThreadKey":"t"}]"#,
-            "records[0]: text must not be empty",
+            "records[0].text must be a non-empty string",
         ),
         (&["forget", "not-an-id"], "", "is not a record id"),
     ];

@@ -100,7 +100,8 @@ fn errors_come_in_the_contracts_order() {
     assert_eq!(call(&url, "GET", "/nope", None, "").0, 404);
     // 405 before auth.
     assert_eq!(call(&url, "GET", "/write", None, "").0, 405);
-    assert_eq!(call(&url, "POST", "/healthz", None, "{}").0, 405);
+    // GET /healthz is answered before routing; another method on it is an unknown route.
+    assert_eq!(call(&url, "POST", "/healthz", None, "{}").0, 404);
     // 401: none, wrong, wrong scheme.
     assert_eq!(
         call(&url, "POST", "/list", None, "{}"),
@@ -133,6 +134,27 @@ fn errors_come_in_the_contracts_order() {
     assert_eq!((status, body.contains("Content-Length")), (411, true));
     let (status, _) = raw(s.addr, &format!("POST /write HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 600000\r\nConnection: close\r\n\r\n{{}}"));
     assert_eq!(status, 413);
+    assert!(
+        body.ends_with(r#"{"error":"body must declare a numeric Content-Length"}"#),
+        "{body}"
+    );
+    let (_, body) = raw(s.addr, &format!("POST /write HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 600000\r\nConnection: close\r\n\r\n{{}}"));
+    assert!(
+        body.ends_with(r#"{"error":"body must be at most 524288 bytes"}"#),
+        "{body}"
+    );
+    // A body with a byte-order mark, invalid UTF-8 or deep nesting decodes as the Worker's
+    // `request.json()` decodes it.
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    for body in [
+        "\u{feff}{\"scopeKey\":\"org:a\",\"limit\":5}".to_owned(),
+        format!("{{\"scopeKey\":\"org:a\",\"limit\":5,\"x\":{deep}}}"),
+    ] {
+        assert_eq!(
+            call(&url, "POST", "/list", Some(TOKEN), &body),
+            (200, r#"{"records":[]}"#.into())
+        );
+    }
     // 400: bad JSON, then a reason naming the field.
     assert_eq!(
         call(&url, "POST", "/write", Some(TOKEN), "{nope"),
@@ -160,7 +182,7 @@ fn errors_come_in_the_contracts_order() {
             r#"{"scopeKey":"org:a","records":[{"kind":"fact","text":"","sourceThreadKey":"t"}]}"#
         )
         .1,
-        r#"{"error":"records[0]: text must not be empty"}"#
+        r#"{"error":"records[0].text must be a non-empty string"}"#
     );
     // /healthz needs no token.
     let (status, body) = call(&url, "GET", "/healthz", None, "");

@@ -383,7 +383,18 @@ fn forget_and_sweep_retire_without_deleting() {
                 .expect("forget"),
             "foreign scope"
         );
-        assert!(!store.forget(&repo, "not an id").expect("forget"));
+        assert!(!store.forget(&repo, "not-an-id").expect("forget"));
+        // The reference Worker's id rule: no whitespace, 1 to 200 units.
+        for bad in ["not an id", "", "a\tb"] {
+            let e = store.forget(&repo, bad).expect_err("refused");
+            assert!(e.is_invalid(), "{bad:?}: {e}");
+            assert!(
+                e.message().contains(
+                    "id must be a non-empty string of at most 200 characters with no whitespace"
+                ),
+                "{e}"
+            );
+        }
         assert_eq!(
             store
                 .get("mem:repo:acme/app:1")
@@ -647,7 +658,7 @@ fn bad_input_gets_a_reason_and_writes_nothing() {
         let e = store.write(&repo, &mixed, &opts()).expect_err("empty text");
         assert!(
             e.to_string()
-                .ends_with("records[1]: text must not be empty"),
+                .ends_with("records[1].text must be a non-empty string"),
             "{e}"
         );
         assert!(e.is_invalid());

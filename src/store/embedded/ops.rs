@@ -196,6 +196,7 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
+        crate::store::validate_forget_id(id)?;
         let s = &*self.shared;
         let Some((sc, seq)) = parse_record_id(id) else {
             return Ok(false);
