@@ -1,10 +1,13 @@
-//! The keyword index: which active records of a scope best match these tokens (BM25)?
+//! The keyword index: which active records of a scope hold these terms, how often, and how long
+//! is each?
 //!
 //! A tantivy index derived from the records: one document per active record with its `id`
-//! (stored, raw), its `scope` (raw, filter only) and its `body` (the text's and keywords' tokens,
-//! exactly the `text::tokenize` tokens, joined by spaces and split on whitespace, so BM25 sees
-//! what the ranker sees). It never holds content the store has to trust: a hit is only an id,
-//! and the store drops any id that is not active in fjall.
+//! (stored, raw, for deletes), its sequence number and its FTS length (fast fields), and its
+//! `body`: the record's FTS tokens ([`crate::fts`], SQLite `unicode61` folding) that a query term
+//! can equal, each prefixed with the scope key and a NUL, so a term's postings are one scope's
+//! documents. The store scores the hits itself with FTS5's `bm25()` over per-scope totals
+//! ([`crate::fts`]). The index never holds content the store has to trust: a hit is a sequence
+//! number, and the store drops any that is not active in fjall.
 //!
 //! The store's indexer thread stages changes into the one `IndexWriter` and commits them in
 //! groups ([`KeywordIndex::commit`]), because a tantivy commit costs ~8 ms. Each commit carries a
@@ -16,17 +19,23 @@
 use std::path::Path;
 
 use parking_lot::Mutex;
-use tantivy::collector::TopDocs;
+use std::collections::HashMap;
+
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::postings::Postings;
+use tantivy::query::TermQuery;
 use tantivy::schema::{
-    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
+    Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, STORED,
+    STRING,
 };
 use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, TERMINATED,
+};
 
 use crate::error::{Error, Result};
-use crate::text::for_each_token;
+use crate::fts::FtsDoc;
+use crate::model::parse_record_id;
 
 const TOKENIZER: &str = "lessons_tokens";
 /// The writer's heap: tantivy's minimum per indexing thread is 15 MB; one thread is enough for
@@ -59,8 +68,30 @@ pub struct KeywordIndex {
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     f_id: Field,
-    f_scope: Field,
+    f_seq: Field,
+    f_len: Field,
     f_body: Field,
+}
+
+/// One document holding a searched term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// The record's sequence number.
+    pub seq: u64,
+    /// Its FTS length in tokens.
+    pub len: u32,
+    /// How often it holds each searched term, in the order asked.
+    pub freqs: Vec<u32>,
+}
+
+/// The indexed term for `term` in `scope`: scope keys hold no whitespace or control
+/// character, so the NUL separates them unambiguously and a term never spans two scopes.
+fn scoped(scope: &str, term: &str) -> String {
+    let mut out = String::with_capacity(scope.len() + 1 + term.len());
+    out.push_str(scope);
+    out.push('\0');
+    out.push_str(term);
+    out
 }
 
 /// What opening the index found.
@@ -72,17 +103,18 @@ pub struct Opened {
     pub watermark: Option<u64>,
 }
 
-fn schema() -> (Schema, Field, Field, Field) {
+fn schema() -> (Schema, [Field; 4]) {
     let mut b = Schema::builder();
     let f_id = b.add_text_field("id", STRING | STORED);
-    let f_scope = b.add_text_field("scope", STRING);
+    let f_seq = b.add_u64_field("seq", NumericOptions::default().set_fast());
+    let f_len = b.add_u64_field("len", NumericOptions::default().set_fast());
     let body = TextOptions::default().set_indexing_options(
         TextFieldIndexing::default()
             .set_tokenizer(TOKENIZER)
             .set_index_option(IndexRecordOption::WithFreqs),
     );
     let f_body = b.add_text_field("body", body);
-    (b.build(), f_id, f_scope, f_body)
+    (b.build(), [f_id, f_seq, f_len, f_body])
 }
 
 fn index_err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -111,7 +143,7 @@ impl KeywordIndex {
     fn try_open(dir: &Path) -> Result<Opened> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let (schema, f_id, f_scope, f_body) = schema();
+        let (schema, [f_id, f_seq, f_len, f_body]) = schema();
         let directory =
             MmapDirectory::open(dir).map_err(|e| index_err("opening the index directory", e))?;
         let index = Index::open_or_create(directory, schema)
@@ -138,7 +170,8 @@ impl KeywordIndex {
                 reader,
                 writer: Mutex::new(writer),
                 f_id,
-                f_scope,
+                f_seq,
+                f_len,
                 f_body,
             },
             watermark,
@@ -157,10 +190,15 @@ impl KeywordIndex {
                     keywords,
                 } => {
                     writer.delete_term(Term::from_field_text(self.f_id, id));
+                    let Some((_, seq)) = parse_record_id(id) else {
+                        return Err(Error::index(format!("{id:?} is not a record id")));
+                    };
+                    let fts = FtsDoc::of(text, keywords);
                     let mut doc = TantivyDocument::default();
                     doc.add_text(self.f_id, id);
-                    doc.add_text(self.f_scope, scope);
-                    doc.add_text(self.f_body, body(text, keywords));
+                    doc.add_u64(self.f_seq, seq);
+                    doc.add_u64(self.f_len, u64::from(fts.len));
+                    doc.add_text(self.f_body, body(scope, &fts));
                     writer
                         .add_document(doc)
                         .map_err(|e| index_err("adding a document", e))?;
@@ -207,46 +245,57 @@ impl KeywordIndex {
         self.commit(watermark)
     }
 
-    /// The ids of the best `limit` documents of `scope` for `tokens`, best first.
-    pub fn search(&self, scope: &str, tokens: &[String], limit: usize) -> Result<Vec<String>> {
-        if tokens.is_empty() || limit == 0 {
-            return Ok(Vec::new());
-        }
-        let scope_q: Box<dyn Query> = Box::new(ConstScoreQuery::new(
-            Box::new(TermQuery::new(
-                Term::from_field_text(self.f_scope, scope),
-                IndexRecordOption::Basic,
-            )),
-            0.0,
-        ));
-        let terms: Vec<(Occur, Box<dyn Query>)> = tokens
-            .iter()
-            .map(|t| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(
-                    Term::from_field_text(self.f_body, t),
-                    IndexRecordOption::WithFreqs,
-                ));
-                (Occur::Should, q)
-            })
-            .collect();
-        let query = BooleanQuery::new(vec![
-            (Occur::Must, scope_q),
-            (Occur::Must, Box::new(BooleanQuery::new(terms))),
-        ]);
+    /// Every committed document of `scope` holding any of `terms`, with its term frequencies
+    /// and length, in no particular order.
+    pub fn matches(&self, scope: &str, terms: &[String]) -> Result<Vec<Hit>> {
         let searcher = self.reader.searcher();
-        let hits = searcher
-            .search(&query, &TopDocs::with_limit(limit).order_by_score())
-            .map_err(|e| index_err("searching the index", e))?;
-        let mut ids = Vec::with_capacity(hits.len());
-        for (_, addr) in hits {
-            let doc: TantivyDocument = searcher
-                .doc(addr)
-                .map_err(|e| index_err("reading a hit", e))?;
-            if let Some(id) = doc.get_first(self.f_id).and_then(|v| v.as_str()) {
-                ids.push(id.to_owned());
+        let mut out: Vec<Hit> = Vec::new();
+        for segment in searcher.segment_readers() {
+            let inverted = segment
+                .inverted_index(self.f_body)
+                .map_err(|e| index_err("reading the index", e))?;
+            let alive = segment.alive_bitset();
+            let mut docs: HashMap<DocId, Vec<u32>> = HashMap::new();
+            for (i, t) in terms.iter().enumerate() {
+                let term = Term::from_field_text(self.f_body, &scoped(scope, t));
+                let Some(mut postings) = inverted
+                    .read_postings(&term, IndexRecordOption::WithFreqs)
+                    .map_err(|e| index_err("reading postings", e))?
+                else {
+                    continue;
+                };
+                let mut doc = postings.doc();
+                while doc != TERMINATED {
+                    if alive.is_none_or(|a| a.is_alive(doc)) {
+                        let freqs = docs.entry(doc).or_insert_with(|| vec![0; terms.len()]);
+                        if let Some(f) = freqs.get_mut(i) {
+                            *f = postings.term_freq();
+                        }
+                    }
+                    doc = postings.advance();
+                }
+            }
+            if docs.is_empty() {
+                continue;
+            }
+            let fast = segment.fast_fields();
+            let seqs = fast
+                .u64("seq")
+                .map_err(|e| index_err("reading sequence numbers", e))?;
+            let lens = fast
+                .u64("len")
+                .map_err(|e| index_err("reading lengths", e))?;
+            for (doc, freqs) in docs {
+                if let (Some(seq), Some(len)) = (seqs.first(doc), lens.first(doc)) {
+                    out.push(Hit {
+                        seq,
+                        len: u32::try_from(len).unwrap_or(u32::MAX),
+                        freqs,
+                    });
+                }
             }
         }
-        Ok(ids)
+        Ok(out)
     }
 
     /// Committed, searchable documents (deleted ones excluded).
@@ -268,18 +317,16 @@ impl KeywordIndex {
     }
 }
 
-/// The indexed body: the record's tokens (text, then keywords) joined by spaces.
-fn body(text: &str, keywords: &[String]) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut push = |t: &str| {
+/// The indexed body: the record's matchable FTS terms, scoped, joined by spaces.
+fn body(scope: &str, fts: &FtsDoc) -> String {
+    let mut out = String::new();
+    for t in &fts.terms {
         if !out.is_empty() {
             out.push(' ');
         }
+        out.push_str(scope);
+        out.push('\0');
         out.push_str(t);
-    };
-    for_each_token(text, &mut push);
-    for k in keywords {
-        for_each_token(k, &mut push);
     }
     out
 }

@@ -68,6 +68,8 @@
 pub mod context;
 pub mod decisions;
 mod error;
+pub mod fts;
+mod fts_tables;
 #[cfg(feature = "__fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

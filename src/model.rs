@@ -758,7 +758,10 @@ mod tests {
         let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
         let blank = blank.expect_err("blank");
         assert!(blank.is_invalid());
-        assert_eq!(blank.message(), "records[3].text must be a non-empty string");
+        assert_eq!(
+            blank.message(),
+            "records[3].text must be a non-empty string"
+        );
         let long = Candidate::fact("x".repeat(4001), "t").validate(&scope, 0);
         assert!(long.expect_err("long").message().contains("4000"));
         let conf = Candidate::fact("x", "t")

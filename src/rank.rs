@@ -1,7 +1,7 @@
 //! Ranking: which query tokens go to the keyword index, and how candidates are scored.
 //!
-//! `retrieve` asks the index for BM25 candidates on the [`match_tokens`] of the query, then ranks
-//! them with the whole query: `0.7 × keyword + 0.3 × recency`, where keyword is the fraction of
+//! `retrieve` takes the reference Worker's candidate pool ([`crate::fts`]), then ranks
+//! it with the whole query: `0.7 × keyword + 0.3 × recency`, where keyword is the fraction of
 //! query tokens (duplicates kept) found among the record's tokens and recency decays with a
 //! one-week time constant. A record with no query token is dropped. Ties keep the index order.
 //!
@@ -12,39 +12,12 @@ use std::collections::{HashMap, HashSet};
 use crate::model::Record;
 use crate::text::for_each_token;
 
-/// How many distinct query tokens go to the keyword index.
-pub const MAX_MATCH_TOKENS: usize = 24;
-/// The fewest BM25 candidates asked for.
-pub const CANDIDATES_FLOOR: usize = 50;
-/// BM25 candidates asked for per requested record.
-pub const CANDIDATES_PER_LIMIT: usize = 5;
 /// The recency time constant: one week in milliseconds.
 pub const RECENCY_TAU_MS: f64 = 7.0 * 24.0 * 3600.0 * 1000.0;
 /// Weight of the keyword term.
 pub const KEYWORD_WEIGHT: f64 = 0.7;
 /// Weight of the recency term.
 pub const RECENCY_WEIGHT: f64 = 0.3;
-
-/// The query's `MAX_MATCH_TOKENS` longest distinct tokens (ties: earlier first).
-pub fn match_tokens(query_tokens: &[String]) -> Vec<String> {
-    let mut seen = HashSet::new();
-    let mut distinct: Vec<&String> = query_tokens
-        .iter()
-        .filter(|t| seen.insert(t.as_str()))
-        .collect();
-    // A stable sort keeps first-occurrence order among tokens of equal length.
-    distinct.sort_by_key(|t| std::cmp::Reverse(t.len()));
-    distinct
-        .into_iter()
-        .take(MAX_MATCH_TOKENS)
-        .cloned()
-        .collect()
-}
-
-/// How many BM25 candidates to ask for when `limit` records are wanted.
-pub fn candidate_count(limit: usize) -> usize {
-    CANDIDATES_FLOOR.max(CANDIDATES_PER_LIMIT * limit)
-}
 
 /// The set of tokens a record can match: its text's and its keywords'.
 pub fn record_tokens(text: &str, keywords: &[String]) -> HashSet<String> {
@@ -152,17 +125,6 @@ mod tests {
     use crate::text::tokenize;
 
     #[test]
-    fn match_tokens_are_the_longest_distinct_earlier_first() {
-        let q = tokenize("aa bbb aa c dddd bbb eee");
-        assert_eq!(match_tokens(&q), ["dddd", "bbb", "eee", "aa", "c"]);
-        let many: Vec<String> = (0..40).map(|i| format!("t{i:02}")).collect();
-        let picked = match_tokens(&many);
-        assert_eq!(picked.len(), 24);
-        assert_eq!(picked[0], "t00");
-        assert_eq!(picked[23], "t23");
-    }
-
-    #[test]
     fn keyword_counts_duplicate_query_tokens() {
         let q = tokenize("npm npm ci yarn");
         let set = record_tokens("run npm ci", &[]);
@@ -193,11 +155,5 @@ mod tests {
         let week = RECENCY_TAU_MS as i64;
         assert!((recency(week, 0) - (-1.0f64).exp()).abs() < 1e-12);
         assert!((blend(1.0, 1.0) - 1.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn candidate_count_has_a_floor() {
-        assert_eq!(candidate_count(1), 50);
-        assert_eq!(candidate_count(20), 100);
     }
 }

@@ -8,8 +8,9 @@
 
 use std::path::Path;
 
+use lessons::fts::{match_terms, pool_size};
 use lessons::model::{Kind, Record, ScopeKey, Status};
-use lessons::rank::{candidate_count, match_tokens, rank};
+use lessons::rank::rank;
 use lessons::text::{normalize, tokenize};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
@@ -232,7 +233,7 @@ impl SqliteScope {
         if tokens.is_empty() {
             return Vec::new();
         }
-        let wanted = match_tokens(&tokens);
+        let wanted = match_terms(query);
         let expr = wanted
             .iter()
             .map(|t| format!("\"{t}\""))
@@ -247,7 +248,7 @@ impl SqliteScope {
                     COLUMNS.split(", ").map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ")
                 ))
                 .expect("prepare");
-            stmt.query_map(params![expr, candidate_count(limit) as i64], |row| {
+            stmt.query_map(params![expr, pool_size(limit) as i64], |row| {
                 row_to_record(&self.scope, row)
             })
             .expect("query")

@@ -19,7 +19,7 @@ use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
 use crate::model::{parse_record_id, Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
 use crate::plan::DEFAULT_CAP;
-use crate::rank::{match_tokens, rank, record_tokens};
+use crate::rank::rank;
 use crate::text::{normalize, tokenize};
 
 #[derive(Default)]
@@ -235,21 +235,24 @@ impl MemoryStore for InMemoryStore {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        let wanted = match_tokens(&tokens);
+        let terms = crate::fts::match_terms(query);
         let now = (self.clock)();
         let mut state = self.state.lock();
         let Some(records) = state.scopes.get_mut(scope) else {
             return Ok(Vec::new());
         };
-        let candidates: Vec<Record> = records
-            .values()
-            .rev()
-            .filter(|r| r.status == Status::Active)
-            .filter(|r| {
-                let set = record_tokens(&r.text, &r.keywords);
-                wanted.iter().any(|t| set.contains(t))
-            })
-            .cloned()
+        // The reference Worker's prefilter, computed over the scope's active records.
+        let pool = crate::fts::pool(
+            records
+                .iter()
+                .filter(|(_, r)| r.status == Status::Active)
+                .map(|(seq, r)| (*seq, r.text.as_str(), r.keywords.as_slice())),
+            &terms,
+            crate::fts::pool_size(limit),
+        );
+        let candidates: Vec<Record> = pool
+            .iter()
+            .filter_map(|seq| records.get(seq).cloned())
             .collect();
         let mut out = rank(&tokens, candidates, now, limit);
         for r in &mut out {

@@ -3,6 +3,7 @@
 mod cli;
 mod context;
 mod faults;
+mod fts;
 mod fuzz_corpus;
 mod gate;
 mod model_check;

@@ -1,8 +1,8 @@
 //! The embedded store against the in-memory model under random operation sequences.
 //!
 //! Both stores get the same operations on the same fake clock; every answer must agree, and at
-//! the end so must every record (exported). Scopes stay under the BM25 candidate count, where the
-//! model's retrieve (every matching record is a candidate) is exact. Failures proptest shrinks
+//! the end so must every record (exported). `tests/it/fts.rs` drives retrieve past the candidate
+//! pool with many ties. Failures proptest shrinks
 //! are kept under `proptest-regressions/` and replayed first on every run.
 
 use std::time::Duration;

@@ -15,6 +15,8 @@ use crate::model::ScopeKey;
 pub(super) struct Tx {
     pub(super) batch: OwnedWriteBatch,
     pub(super) lru: Vec<(Option<LruKey>, Option<LruKey>)>,
+    /// Records entering (`true`) or leaving the active set, for the scope's FTS totals.
+    pub(super) fts: Vec<(bool, crate::fts::FtsDoc)>,
 }
 
 /// A journal position to wait on for durability (`None`: the store does not fsync writes).
@@ -38,6 +40,7 @@ impl Shared {
         Tx {
             batch: self.db.batch(),
             lru: Vec::new(),
+            fts: Vec::new(),
         }
     }
 
@@ -100,10 +103,15 @@ impl Shared {
         tx: Tx,
         ops_for_index: Vec<IndexOp>,
     ) -> Result<Ticket> {
-        let Tx { mut batch, lru } = tx;
+        let Tx {
+            mut batch,
+            lru,
+            fts,
+        } = tx;
         if ops_for_index.is_empty() {
             let ticket = self.append(batch)?;
             self.apply_lru(scope, lru);
+            self.apply_fts(scope, fts);
             return Ok(ticket);
         }
         let op = self.allocate_op();
@@ -120,6 +128,7 @@ impl Shared {
             }
         };
         self.apply_lru(scope, lru);
+        self.apply_fts(scope, fts);
         // The writer never touches tantivy: the indexer thread stages and commits, so a write
         // never waits behind an index commit. Until then `pending` answers for it.
         let docs: Vec<PendingDoc> = ops_for_index

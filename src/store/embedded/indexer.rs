@@ -9,9 +9,9 @@ use fjall::Readable;
 use super::super::codec::{self, ScopeMeta};
 use super::{st, Shared};
 use crate::error::{Error, Result};
+use crate::fts::FtsDoc;
 use crate::index::IndexOp;
 use crate::model::{parse_record_id, ScopeKey};
-use crate::rank::record_tokens;
 
 /// Index operations between their outbox entry and the tantivy commit that covers them.
 #[derive(Default)]
@@ -31,8 +31,8 @@ pub(super) struct Ops {
 pub(super) struct PendingDoc {
     pub(super) scope: ScopeKey,
     pub(super) seq: u64,
-    /// The record's distinct tokens (text and keywords), sorted.
-    pub(super) tokens: Vec<String>,
+    /// The record's FTS body, as the index will hold it.
+    pub(super) doc: FtsDoc,
 }
 
 impl PendingDoc {
@@ -44,13 +44,11 @@ impl PendingDoc {
             return None;
         };
         let (scope, seq) = parse_record_id(id)?;
-        let mut tokens: Vec<String> = record_tokens(text, keywords).into_iter().collect();
-        tokens.sort_unstable();
-        Some(PendingDoc { scope, seq, tokens })
-    }
-
-    pub(super) fn matches(&self, wanted: &[String]) -> bool {
-        wanted.iter().any(|w| self.tokens.binary_search(w).is_ok())
+        Some(PendingDoc {
+            scope,
+            seq,
+            doc: FtsDoc::of(text, keywords),
+        })
     }
 }
 

@@ -46,6 +46,10 @@ use commit::SyncState;
 use indexer::Ops;
 use records::LruKey;
 
+/// How many scopes' FTS totals stay in memory (each is one count per distinct term of the
+/// scope); a scope past them is counted again from its records on its next retrieve.
+const FTS_SCOPES: usize = 256;
+
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
 
@@ -74,6 +78,10 @@ struct Shared {
     verified: Mutex<std::collections::HashSet<ScopeKey>>,
     /// Per-scope eviction order, loaded on first need (see `eviction_head`).
     lru: Mutex<HashMap<ScopeKey, BTreeSet<LruKey>>>,
+    /// Per-scope FTS totals for retrieve's `bm25()`, loaded on first need (see `fts_stats`),
+    /// at most `fts_scopes` of them.
+    fts: Mutex<HashMap<ScopeKey, Arc<records::ScopeFts>>>,
+    fts_scopes: usize,
     ops: Mutex<Ops>,
     /// Held while the index is staged and committed.
     committing: Mutex<()>,
@@ -219,6 +227,8 @@ impl EmbeddedStore {
             scope_locks: Mutex::new(HashMap::new()),
             verified: Mutex::new(std::collections::HashSet::new()),
             lru: Mutex::new(HashMap::new()),
+            fts: Mutex::new(HashMap::new()),
+            fts_scopes: FTS_SCOPES,
             ops: Mutex::new(Ops::default()),
             committing: Mutex::new(()),
             wake: Condvar::new(),

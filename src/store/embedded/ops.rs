@@ -20,7 +20,7 @@ use crate::model::{
     parse_record_id, Candidate, Kind, Record, ScopeKey, Status, ValidCandidate, WriteCounts,
 };
 use crate::plan::{self};
-use crate::rank::{candidate_count, match_tokens, rank};
+use crate::rank::rank;
 use crate::text::{normalize, tokenize};
 
 impl MemoryStore for EmbeddedStore {
@@ -120,35 +120,57 @@ impl MemoryStore for EmbeddedStore {
             return Ok(Vec::new());
         }
         let s = &*self.shared;
-        let wanted = match_tokens(&tokens);
-        // Writes staged since the last index commit, read before the search: the indexer
-        // reloads the searcher before it forgets a pending write, so every acknowledged write
-        // is in one of the two.
-        let pending: Vec<u64> = s
+        let terms = crate::fts::match_terms(query);
+        // Every active record holding a term, scored as the reference Worker's FTS5 `bm25()`
+        // scores it: the committed index answers for most, and writes staged since its last
+        // commit answer for themselves (the indexer reloads the searcher before it forgets a
+        // pending write, so every acknowledged write is in one of the two; a pending one wins).
+        let stats = s.fts_stats(scope)?;
+        let pending: Vec<crate::index::Hit> = s
             .ops
             .lock()
             .pending
             .values()
             .flatten()
-            .filter(|d| &d.scope == scope && d.matches(&wanted))
-            .map(|d| d.seq)
+            .filter(|d| &d.scope == scope)
+            .map(|d| crate::index::Hit {
+                seq: d.seq,
+                len: d.doc.len,
+                freqs: d.doc.freqs(&terms),
+            })
+            .filter(|h| h.freqs.iter().any(|&f| f > 0))
             .collect();
-        let ids = s
+        let mut hits: HashMap<u64, crate::index::Hit> = s
             .index
-            .search(scope.as_str(), &wanted, candidate_count(limit))?;
-        let mut seqs: Vec<u64> = ids
-            .iter()
-            .filter_map(|id| parse_record_id(id))
-            .filter(|(sc, _)| sc == scope)
-            .map(|(_, seq)| seq)
+            .matches(scope.as_str(), &terms)?
+            .into_iter()
+            .map(|h| (h.seq, h))
             .collect();
-        for seq in pending {
-            if !seqs.contains(&seq) {
-                seqs.push(seq);
-            }
+        for h in pending {
+            hits.insert(h.seq, h);
         }
-        let mut candidates = Vec::with_capacity(seqs.len());
-        for seq in seqs {
+        let idfs: Vec<f64> = terms
+            .iter()
+            .map(|t| crate::fts::idf(stats.totals.rows, stats.hits(t)))
+            .collect();
+        let mut scored: Vec<(f64, u64)> = hits
+            .values()
+            .map(|h| {
+                (
+                    crate::fts::bm25(&idfs, &h.freqs, h.len, stats.totals),
+                    h.seq,
+                )
+            })
+            .collect();
+        // Every hit ordered, then the pool filled from the front with records still active: a
+        // hit the index has not yet dropped is skipped, as the Worker never saw it.
+        let pool = crate::fts::pool_size(limit);
+        crate::fts::order_pool(&mut scored, usize::MAX);
+        let mut candidates = Vec::with_capacity(pool.min(scored.len()));
+        for (_, seq) in scored {
+            if candidates.len() == pool {
+                break;
+            }
             if let Some(r) = s.load_active(scope, seq)? {
                 candidates.push(r);
             }

@@ -1,7 +1,7 @@
 //! Reading and writing one scope's records and bookkeeping inside a transaction: the keys a
 //! record occupies, the bookkeeping checked against the records, the eviction order.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use fjall::OwnedWriteBatch;
@@ -12,6 +12,7 @@ use super::super::{day_of, DayCounters};
 use super::commit::Tx;
 use super::{st, Shared};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fts::{FtsDoc, Totals};
 use crate::index::IndexOp;
 use crate::model::{Kind, Record, ScopeKey, Status};
 use crate::plan::ActiveMeta;
@@ -213,6 +214,7 @@ impl Shared {
             [],
         );
         tx.lru.push((None, Some(lru_key(r, seq))));
+        tx.fts.push((true, FtsDoc::of(&r.text, &r.keywords)));
         Ok(())
     }
 
@@ -227,6 +229,7 @@ impl Shared {
             codec::norm_key(scope, &normalize(&old.text), seq),
         );
         tx.lru.push((Some(lru_key(old, seq)), None));
+        tx.fts.push((false, FtsDoc::of(&old.text, &old.keywords)));
         tx.batch.insert(
             &self.ks.retired,
             codec::retired_key(scope, seq),
@@ -271,6 +274,50 @@ impl Shared {
         }
     }
 
+    /// Applies a committed transaction's changes to the scope's FTS totals, if loaded.
+    pub(super) fn apply_fts(&self, scope: &ScopeKey, changes: Vec<(bool, FtsDoc)>) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut all = self.fts.lock();
+        if let Some(stats) = all.get_mut(scope) {
+            let stats = Arc::make_mut(stats);
+            for (entering, doc) in &changes {
+                stats.apply(doc, *entering);
+            }
+        }
+    }
+
+    /// The scope's FTS totals (active records, their tokens, each term's document count),
+    /// loaded from the records on first need and kept by every commit after.
+    pub(super) fn fts_stats(&self, scope: &ScopeKey) -> Result<Arc<ScopeFts>> {
+        if let Some(stats) = self.fts.lock().get(scope) {
+            return Ok(Arc::clone(stats));
+        }
+        // Under the scope's lock, so no commit of this scope lands between the scan and the
+        // insert (commits apply their changes under it).
+        let lock = self.scope_lock(scope);
+        let _guard = lock.lock();
+        if let Some(stats) = self.fts.lock().get(scope) {
+            return Ok(Arc::clone(stats));
+        }
+        let mut stats = ScopeFts::default();
+        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
+            stats.apply(&FtsDoc::of(&r.text, &r.keywords), true);
+        }
+        let stats = Arc::new(stats);
+        let mut all = self.fts.lock();
+        // Bounded by configuration, not by the number of scopes: any scope can be loaded again.
+        if all.len() >= self.fts_scopes {
+            if let Some(victim) = all.keys().next().cloned() {
+                all.remove(&victim);
+            }
+        }
+        all.insert(scope.clone(), Arc::clone(&stats));
+        Ok(stats)
+    }
+
     /// The first `n` active records of `scope` in eviction order. The order is kept in memory
     /// per scope, loaded from the records on first need; callers hold the scope's lock.
     pub(super) fn eviction_head(&self, scope: &ScopeKey, n: usize) -> Result<Vec<u64>> {
@@ -311,6 +358,45 @@ impl Shared {
 }
 
 /// `r` with `status`.
+/// A scope's FTS totals as the reference Worker's FTS5 table keeps them over its active rows.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ScopeFts {
+    pub(super) totals: Totals,
+    /// Active records holding each term.
+    pub(super) hits: HashMap<String, u64>,
+}
+
+impl ScopeFts {
+    fn apply(&mut self, doc: &FtsDoc, entering: bool) {
+        let mut distinct: Vec<&String> = doc.terms.iter().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if entering {
+            self.totals.rows += 1;
+            self.totals.tokens += u64::from(doc.len);
+            for t in distinct {
+                *self.hits.entry(t.clone()).or_insert(0) += 1;
+            }
+        } else {
+            self.totals.rows = self.totals.rows.saturating_sub(1);
+            self.totals.tokens = self.totals.tokens.saturating_sub(u64::from(doc.len));
+            for t in distinct {
+                if let Some(n) = self.hits.get_mut(t.as_str()) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.hits.remove(t.as_str());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Active records holding `term`.
+    pub(super) fn hits(&self, term: &str) -> u64 {
+        self.hits.get(term).copied().unwrap_or(0)
+    }
+}
+
 pub(super) fn with_status(r: &Record, status: Status) -> Record {
     let mut out = r.clone();
     out.status = status;
