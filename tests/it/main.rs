@@ -8,6 +8,7 @@ mod fuzz_corpus;
 mod gate;
 mod model_check;
 mod page;
+mod reference_cases;
 mod reflection;
 mod review;
 mod sealed;

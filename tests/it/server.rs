@@ -29,7 +29,7 @@ fn server() -> Background {
 }
 
 /// A raw HTTP/1.1 exchange, so tests control every header (or its absence).
-fn raw(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
+pub(crate) fn raw(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
