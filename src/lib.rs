@@ -78,6 +78,7 @@ mod index;
 pub mod memory;
 pub mod model;
 mod plan;
+pub mod provenance;
 pub mod rank;
 pub mod redact;
 pub mod reflect;

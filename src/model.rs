@@ -314,7 +314,14 @@ impl Serialize for Record {
             last_used_at: self.last_used_at,
             confidence,
             supersedes: &self.supersedes,
-            provenance: &self.provenance,
+            // Emitted only when valid for the record's scope: a client drops a record whose
+            // provenance is malformed.
+            provenance: match &self.provenance {
+                Some(p) if crate::provenance::valid_for(self.scope_key.as_str(), p) => {
+                    &self.provenance
+                }
+                _ => &None,
+            },
         }
         .serialize(s)
     }
@@ -552,9 +559,12 @@ impl Candidate {
             |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
         let supersedes = pointer(&self.supersedes);
         let restates = pointer(&self.restates);
-        let at = |e: String| format!("{at}: {e}");
+        // The bot drops a record with a malformed provenance on every read, so one is refused
+        // here; a well-formed one naming another scope is not this record's, and is dropped.
         if let Some(p) = &self.provenance {
-            check_provenance(p, scope).map_err(at)?;
+            if !crate::provenance::is_memory_provenance(p) {
+                return Err(format!("{at}.provenance must be a bounded memory revision"));
+            }
         }
         Ok(ValidCandidate {
             kind,
@@ -565,8 +575,12 @@ impl Candidate {
             source_run_id: self.source_run_id.clone(),
             confidence: self.confidence,
             supersedes,
+            supersedes_sent: self.supersedes.clone(),
             restates,
-            provenance: self.provenance.clone(),
+            provenance: crate::provenance::stored_provenance(
+                scope.as_str(),
+                self.provenance.as_ref(),
+            ),
         })
     }
 }
@@ -588,9 +602,12 @@ pub struct ValidCandidate {
     pub confidence: Option<f64>,
     /// A non-empty id, not yet resolved.
     pub supersedes: Option<String>,
+    /// `supersedes` as sent, `""` included: the new record keeps it whether or not it resolves,
+    /// as the reference's `mintRecord` does.
+    pub supersedes_sent: Option<String>,
     /// A non-empty id, not yet resolved.
     pub restates: Option<String>,
-    /// Opaque provenance.
+    /// A valid provenance naming this scope, or none ([`crate::provenance`]).
     pub provenance: Option<serde_json::Value>,
 }
 

@@ -292,8 +292,10 @@ fn wire_candidate(v: &Value, i: usize) -> Result<Candidate, String> {
     }
     out.supersedes = pointer("supersedes")?;
     out.restates = pointer("restates")?;
-    // Our extension, checked after every field the reference knows.
-    if let Some(p) = c.get("provenance").filter(|p| !p.is_null()) {
+    if let Some(p) = c.get("provenance") {
+        if !crate::provenance::is_memory_provenance(p) {
+            return Err(format!("{at}.provenance must be a bounded memory revision"));
+        }
         out.provenance = Some(p.clone());
     }
     Ok(out)

@@ -115,6 +115,11 @@ impl MemoryStore for InMemoryStore {
                 journal.push(d);
                 r.use_count += 1;
                 r.last_used_at = Some(now);
+                r.provenance = crate::provenance::merge_provenance(
+                    scope.as_str(),
+                    r.provenance.as_ref(),
+                    c.provenance.as_ref(),
+                );
                 r.confidence = match (r.confidence, c.confidence) {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (a, b) => a.or(b),
@@ -137,11 +142,25 @@ impl MemoryStore for InMemoryStore {
             };
             if let Some((i, r)) = hit.and_then(|i| records.get_mut(&i).map(|r| (i, r))) {
                 r.use_count += 1;
+                r.provenance = crate::provenance::merge_provenance(
+                    scope.as_str(),
+                    r.provenance.as_ref(),
+                    c.provenance.as_ref(),
+                );
                 counts.deduped += 1;
                 journal.push(about(DecisionEvent::Deduped, i, c));
                 continue;
             }
             let seq = records.keys().next_back().map_or(0, |s| s + 1);
+            // A correction carries the dependencies of the record it replaces.
+            let provenance = match target.and_then(|t| records.get(&t)) {
+                Some(old) => crate::provenance::merge_provenance(
+                    scope.as_str(),
+                    c.provenance.as_ref(),
+                    old.provenance.as_ref(),
+                ),
+                None => c.provenance.clone(),
+            };
             records.insert(
                 seq,
                 Record {
@@ -152,13 +171,13 @@ impl MemoryStore for InMemoryStore {
                     keywords: c.keywords.clone(),
                     source_thread_key: c.source_thread_key.clone(),
                     source_run_id: c.source_run_id.clone(),
-                    provenance: c.provenance.clone(),
+                    provenance,
                     created_at: now,
                     last_used_at: None,
                     use_count: 0,
                     confidence: c.confidence,
                     // As sent, whether or not it resolved: the reference keeps the pointer.
-                    supersedes: c.supersedes.clone(),
+                    supersedes: c.supersedes_sent.clone(),
                     status: Status::Active,
                 },
             );

@@ -40,14 +40,38 @@ fn seal(scope: &ScopeKey, mut c: Candidate) -> Candidate {
     c
 }
 
-/// The bot's read-side check (`validMemoryProvenance`), re-expressed.
+/// The bot's read-side check (`validMemoryProvenance`): a well-formed provenance naming the
+/// record's scope, whose content hash is the record's.
 fn valid(r: &Record) -> bool {
     let Some(p) = &r.provenance else {
         return false;
     };
-    p["version"] == 1
+    lessons::provenance::is_memory_provenance(p)
         && p["scopeKey"] == r.scope_key.as_str()
         && p["contentHash"].as_str() == Some(r.content_hash().as_str())
+}
+
+/// The bot client's structural check on every record it reads (`isMemoryRecord`).
+fn is_memory_record(v: &serde_json::Value) -> bool {
+    v["id"].is_string()
+        && v["scopeKey"].is_string()
+        && matches!(v["kind"].as_str(), Some("fact" | "summary"))
+        && v["text"].is_string()
+        && v["keywords"].is_array()
+        && v["sourceThreadKey"].is_string()
+        && v["createdAt"].is_number()
+        && v["useCount"].is_number()
+        && matches!(
+            v["status"].as_str(),
+            Some("active" | "superseded" | "forgotten" | "evicted" | "swept")
+        )
+}
+
+/// Known dependencies naming one origin run.
+fn known(run: &str) -> serde_json::Value {
+    json!({"version": 1, "status": "known", "revision": 0,
+           "origins": [{"runId": run, "requester": "U1", "channelId": "C1", "threadKey": "slack:C1:1"}],
+           "slack": [], "mcp": []})
 }
 
 fn sealed_candidates(scope: &ScopeKey) -> Vec<Candidate> {
@@ -225,4 +249,131 @@ fn a_bot_sealed_record_stays_valid_through_the_server() {
     .expect("client");
     let scope = ScopeKey::parse("repo:acme/web").expect("scope");
     exercise(&remote, &scope);
+}
+
+#[test]
+fn provenance_is_refused_dropped_merged_and_emitted_as_the_reference_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(EmbeddedStore::open(dir.path()).expect("open"));
+    let auth = Auth {
+        token: Some(TOKEN.to_owned()),
+        read_token: None,
+        open: false,
+    };
+    let server =
+        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server");
+    let url = server.url();
+    let scope = ScopeKey::parse("repo:acme/web").expect("scope");
+    let post = |path: &str, body: serde_json::Value| {
+        let (status, text) =
+            crate::server::call(&url, "POST", path, Some(TOKEN), &body.to_string());
+        (
+            status,
+            serde_json::from_str::<serde_json::Value>(&text).expect("json"),
+        )
+    };
+    let with_deps = |text: &str, deps: serde_json::Value| {
+        let mut c = seal(&scope, Candidate::fact(text, "slack:C1:1"));
+        if let Some(p) = c.provenance.as_mut() {
+            p["dependencies"] = deps;
+        }
+        serde_json::to_value(&c).expect("json")
+    };
+    // Malformed: refused, nothing written.
+    let mut bad = with_deps("pnpm install must run before vitest", known("r1"));
+    bad["provenance"] = json!({"version": 2});
+    let (status, body) = post(
+        "/write",
+        json!({"scopeKey": scope.as_str(), "records": [bad]}),
+    );
+    assert_eq!(
+        (status, body["error"].clone()),
+        (
+            400,
+            json!("records[0].provenance must be a bounded memory revision")
+        )
+    );
+    // Another scope's: the record lands without it.
+    let mut foreign = with_deps("the cache key includes the lockfile hash", known("r1"));
+    foreign["provenance"]["scopeKey"] = json!("repo:acme/other");
+    assert_eq!(
+        post(
+            "/write",
+            json!({"scopeKey": scope.as_str(), "records": [foreign]})
+        )
+        .0,
+        200
+    );
+    // A dedup unions the dependencies into the record it lands on; the seal stays valid.
+    let first = with_deps("pnpm install must run before vitest", known("r1"));
+    let again = with_deps("PNPM install must run before vitest", known("r2"));
+    assert_eq!(
+        post(
+            "/write",
+            json!({"scopeKey": scope.as_str(), "records": [first]})
+        )
+        .1["inserted"],
+        1
+    );
+    assert_eq!(
+        post(
+            "/write",
+            json!({"scopeKey": scope.as_str(), "records": [again]})
+        )
+        .1["deduped"],
+        1
+    );
+    let (_, listed) = post("/list", json!({"scopeKey": scope.as_str(), "limit": 10}));
+    let records = listed["records"].as_array().expect("records").clone();
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert!(is_memory_record(r), "{r}");
+    }
+    let foreign = records
+        .iter()
+        .find(|r| r["text"].as_str().is_some_and(|t| t.contains("cache key")))
+        .expect("landed");
+    assert!(
+        foreign.get("provenance").is_none(),
+        "another scope's provenance is not emitted"
+    );
+    let merged = records
+        .iter()
+        .find(|r| r["text"].as_str().is_some_and(|t| t.starts_with("pnpm")))
+        .expect("merged");
+    let deps = &merged["provenance"]["dependencies"];
+    assert_eq!(
+        (deps["status"].clone(), deps["revision"].clone()),
+        (json!("known"), json!(1))
+    );
+    let runs: Vec<&str> = deps["origins"]
+        .as_array()
+        .expect("origins")
+        .iter()
+        .filter_map(|o| o["runId"].as_str())
+        .collect();
+    assert_eq!(runs, ["r1", "r2"]);
+    let record: Record = serde_json::from_value(merged.clone()).expect("record");
+    assert!(
+        valid(&record),
+        "the seal covers content, not dependencies: {merged}"
+    );
+    // A candidate without provenance taints the union: unknown, never an empty list.
+    let plain = json!({"kind": "fact", "text": "pnpm install must run before vitest", "sourceThreadKey": "t"});
+    assert_eq!(
+        post(
+            "/write",
+            json!({"scopeKey": scope.as_str(), "records": [plain]})
+        )
+        .1["deduped"],
+        1
+    );
+    let (_, hits) = post(
+        "/retrieve",
+        json!({"scopeKey": scope.as_str(), "query": "pnpm vitest", "limit": 8}),
+    );
+    let hit = &hits["records"][0];
+    assert!(is_memory_record(hit));
+    assert_eq!(hit["provenance"]["dependencies"]["status"], "unknown");
+    assert_eq!(hit["provenance"]["dependencies"]["reason"], "legacy");
 }

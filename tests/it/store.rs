@@ -609,7 +609,9 @@ fn export_import_round_trips_every_record() {
     each(|store, _| {
         let repo = scope("repo:acme/app");
         let mut c = Candidate::fact("keep provenance", "t");
-        c.provenance = Some(serde_json::json!({"scopeKey": "repo:acme/app", "pr": 5}));
+        c.provenance = Some(
+            serde_json::json!({"version": 1, "scopeKey": "repo:acme/app", "contentHash": "0".repeat(64), "dependencies": {"version": 1, "status": "known", "revision": 3, "origins": [], "slack": [], "mcp": []}}),
+        );
         c.source_run_id = Some("run-1".into());
         store
             .write(

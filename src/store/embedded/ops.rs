@@ -475,6 +475,7 @@ impl Shared {
         let mut tx = s.tx();
         let mut index_ops: Vec<IndexOp> = Vec::new();
         let mut active = meta.active;
+        let provenance = merged_provenance(scope, valid, plan, loaded);
         for (&seq, touched) in plan.existing_changes() {
             let Some(old) = loaded.get(&seq) else {
                 return Err(Error::new(
@@ -487,6 +488,9 @@ impl Shared {
             new.last_used_at = touched.meta.last_used_at;
             new.confidence = touched.meta.confidence;
             new.status = touched.status;
+            if let Some(p) = provenance.get(&seq) {
+                new.provenance = p.clone();
+            }
             if touched.status == Status::Active {
                 s.update_active(&mut tx, old, &new, seq)?;
             } else {
@@ -510,12 +514,16 @@ impl Shared {
                 keywords: c.keywords.clone(),
                 source_thread_key: c.source_thread_key.clone(),
                 source_run_id: c.source_run_id.clone(),
-                provenance: c.provenance.clone(),
+                provenance: provenance
+                    .get(&insert.seq)
+                    .cloned()
+                    .unwrap_or_else(|| c.provenance.clone()),
                 created_at: now,
                 last_used_at: touched.meta.last_used_at,
                 use_count: touched.meta.use_count,
                 confidence: touched.meta.confidence,
-                supersedes: c.supersedes.clone(),
+                // As sent, whether or not it resolved: the reference keeps the pointer.
+                supersedes: c.supersedes_sent.clone(),
                 status: touched.status,
             };
             // The bookkeeping was checked against the records, so this cannot fire unless the
@@ -561,4 +569,53 @@ impl Shared {
         )?;
         s.commit_with_outbox(scope, tx, index_ops)
     }
+}
+
+/// Each record's provenance after the write, for every record a candidate landed on: a dedup
+/// or restate unions the candidate's dependencies into its target's, and a correction carries
+/// the dependencies of the record it supersedes; candidates apply in order.
+fn merged_provenance(
+    scope: &ScopeKey,
+    valid: &[ValidCandidate],
+    plan: &plan::Plan,
+    loaded: &HashMap<u64, Record>,
+) -> HashMap<u64, Option<serde_json::Value>> {
+    let mut out: HashMap<u64, Option<serde_json::Value>> = HashMap::new();
+    let current = |out: &HashMap<u64, Option<serde_json::Value>>, seq: u64| {
+        out.get(&seq)
+            .cloned()
+            .unwrap_or_else(|| loaded.get(&seq).and_then(|r| r.provenance.clone()))
+    };
+    for (i, outcome) in plan.outcomes.iter().enumerate() {
+        let Some(c) = valid.get(i) else { continue };
+        match *outcome {
+            plan::Outcome::Restated(seq) | plan::Outcome::Deduped(seq) => {
+                let merged = crate::provenance::merge_provenance(
+                    scope.as_str(),
+                    current(&out, seq).as_ref(),
+                    c.provenance.as_ref(),
+                );
+                out.insert(seq, merged);
+            }
+            plan::Outcome::Inserted(seq) => {
+                let target = plan
+                    .inserts
+                    .iter()
+                    .find(|ins| ins.seq == seq)
+                    .and_then(|ins| ins.supersedes.as_deref())
+                    .and_then(parse_record_id)
+                    .map(|(_, t)| t);
+                let p = match target {
+                    Some(t) => crate::provenance::merge_provenance(
+                        scope.as_str(),
+                        c.provenance.as_ref(),
+                        current(&out, t).as_ref(),
+                    ),
+                    None => c.provenance.clone(),
+                };
+                out.insert(seq, p);
+            }
+        }
+    }
+    out
 }
