@@ -289,10 +289,37 @@ struct WireRecord<'a> {
     supersedes: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     provenance: &'a Option<serde_json::Value>,
+    /// `lastUsedAt` set by the retrieve that answers: the reference adds the key to the record
+    /// it read, so it comes last.
+    #[serde(rename = "lastUsedAt", skip_serializing_if = "Option::is_none")]
+    last_used_at_late: Option<i64>,
 }
 
 impl Serialize for Record {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.serialize_wire(s, false)
+    }
+}
+
+/// A record a retrieve answers with, and whether that retrieve was its first use (it had no
+/// `lastUsedAt` before): the wire form then puts `lastUsedAt` last, as the reference Worker
+/// does when it sets the field on the row it read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retrieved {
+    /// The record, bumped.
+    pub record: Record,
+    /// Whether it had never been used before this retrieve.
+    pub first_use: bool,
+}
+
+impl Serialize for Retrieved {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.record.serialize_wire(s, self.first_use)
+    }
+}
+
+impl Record {
+    fn serialize_wire<S: serde::Serializer>(&self, s: S, late: bool) -> Result<S::Ok, S::Error> {
         let confidence = match self.confidence {
             Some(c) => Some(
                 serde_json::value::RawValue::from_string(crate::text::js_number(c))
@@ -311,7 +338,7 @@ impl Serialize for Record {
             use_count: self.use_count,
             status: self.status,
             source_run_id: &self.source_run_id,
-            last_used_at: self.last_used_at,
+            last_used_at: if late { None } else { self.last_used_at },
             confidence,
             supersedes: &self.supersedes,
             // Emitted only when valid for the record's scope: a client drops a record whose
@@ -322,6 +349,7 @@ impl Serialize for Record {
                 }
                 _ => &None,
             },
+            last_used_at_late: if late { self.last_used_at } else { None },
         }
         .serialize(s)
     }

@@ -255,7 +255,7 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, Str
             query,
             limit,
         } => {
-            let records = store.retrieve(&scope, &query, limit)?;
+            let records = store.retrieve_marked(&scope, &query, limit)?;
             let log = format!("{scope} records={}", records.len());
             (json!({ "records": records }), log)
         }

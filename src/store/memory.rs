@@ -248,6 +248,19 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+        Ok(self
+            .retrieve_marked(scope, query, limit)?
+            .into_iter()
+            .map(|r| r.record)
+            .collect())
+    }
+
+    fn retrieve_marked(
+        &self,
+        scope: &ScopeKey,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::model::Retrieved>> {
         validate_limit(limit)?;
         validate_query(query)?;
         let tokens = tokenize(query);
@@ -273,12 +286,17 @@ impl MemoryStore for InMemoryStore {
             .iter()
             .filter_map(|seq| records.get(seq).cloned())
             .collect();
-        let mut out = rank(&tokens, candidates, now, limit);
-        for r in &mut out {
+        let ranked = rank(&tokens, candidates, now, limit);
+        let mut out = Vec::with_capacity(ranked.len());
+        for r in ranked {
             if let Some(stored) = r.seq().and_then(|s| records.get_mut(&s)) {
+                let first_use = stored.last_used_at.is_none();
                 stored.use_count += 1;
                 stored.last_used_at = Some(now);
-                *r = stored.clone();
+                out.push(crate::model::Retrieved {
+                    record: stored.clone(),
+                    first_use,
+                });
             }
         }
         Ok(out)
@@ -317,7 +335,7 @@ impl MemoryStore for InMemoryStore {
             return Ok(receipt);
         };
         let mut journal = Vec::new();
-        for r in records.values_mut().rev() {
+        for r in records.values_mut() {
             if r.status == Status::Active && r.kind == Kind::Fact && crate::gate::is_status(&r.text)
             {
                 receipt.ids.push(r.id.clone());

@@ -261,6 +261,25 @@ pub trait MemoryStore: Send + Sync {
     /// The best `limit` active records for `query`; bumps every returned record.
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>>;
 
+    /// [`retrieve`](Self::retrieve), each record marked with whether this was its first use,
+    /// which the wire answer shows (see [`crate::model::Retrieved`]). A store that cannot tell
+    /// marks none.
+    fn retrieve_marked(
+        &self,
+        scope: &ScopeKey,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::model::Retrieved>> {
+        Ok(self
+            .retrieve(scope, query, limit)?
+            .into_iter()
+            .map(|record| crate::model::Retrieved {
+                record,
+                first_use: false,
+            })
+            .collect())
+    }
+
     /// Flips an active record of `scope` to `forgotten`; `false` if there was none.
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool>;
 
@@ -393,10 +412,11 @@ pub(crate) fn validate_query(query: &str) -> Result<()> {
     }
 }
 
-/// `list`'s query filter, as the reference Worker applies it: a record passes when it holds any
-/// token of the query as a whole token of its text or keywords (the Worker's FTS MATCH of the
-/// tokenized query). Without a query nothing is filtered; a query with no token at all (the
-/// empty string included) matches nothing, as the Worker's `query === undefined` test has it.
+/// `list`'s query filter, as the reference Worker applies it: a record passes when one of the
+/// query's match terms ([`crate::fts::match_terms`]) equals one of its FTS tokens (case folded,
+/// Latin diacritics removed: the Worker's FTS5 MATCH). Without a query nothing is filtered; a
+/// query with no token at all (the empty string included) matches nothing, as the Worker's
+/// `query === undefined` test has it.
 pub(crate) enum ListFilter {
     All,
     Nothing,
@@ -409,7 +429,7 @@ impl ListFilter {
             None => ListFilter::All,
             Some(q) => {
                 let tokens: std::collections::HashSet<String> =
-                    crate::text::tokenize(q).into_iter().collect();
+                    crate::fts::match_terms(q).into_iter().collect();
                 if tokens.is_empty() {
                     ListFilter::Nothing
                 } else {
@@ -423,11 +443,10 @@ impl ListFilter {
         match self {
             ListFilter::All => true,
             ListFilter::Nothing => false,
-            ListFilter::Tokens(wanted) => {
-                crate::rank::record_tokens(&record.text, &record.keywords)
-                    .iter()
-                    .any(|t| wanted.contains(t))
-            }
+            ListFilter::Tokens(wanted) => crate::fts::FtsDoc::of(&record.text, &record.keywords)
+                .terms
+                .iter()
+                .any(|t| wanted.contains(t)),
         }
     }
 }

@@ -219,6 +219,7 @@ fn a_failed_window_read_logs_one_warning_without_text_and_keeps_the_hits() {
         crate::delegate_store!(
             write,
             retrieve,
+            retrieve_marked,
             forget,
             sweep,
             get,

@@ -143,18 +143,19 @@ fn errors_come_in_the_contracts_order() {
         body.ends_with(r#"{"error":"body must be at most 524288 bytes"}"#),
         "{body}"
     );
-    // A body with a byte-order mark, invalid UTF-8 or deep nesting decodes as the Worker's
-    // `request.json()` decodes it.
+    // Deep nesting is accepted and a byte-order mark refused, as the Worker's `request.json()`
+    // does in workerd (measured).
     let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
-    for body in [
-        "\u{feff}{\"scopeKey\":\"org:a\",\"limit\":5}".to_owned(),
-        format!("{{\"scopeKey\":\"org:a\",\"limit\":5,\"x\":{deep}}}"),
-    ] {
-        assert_eq!(
-            call(&url, "POST", "/list", Some(TOKEN), &body),
-            (200, r#"{"records":[]}"#.into())
-        );
-    }
+    let body = format!("{{\"scopeKey\":\"org:a\",\"limit\":5,\"x\":{deep}}}");
+    assert_eq!(
+        call(&url, "POST", "/list", Some(TOKEN), &body),
+        (200, r#"{"records":[]}"#.into())
+    );
+    let bom = "\u{feff}{\"scopeKey\":\"org:a\",\"limit\":5}";
+    assert_eq!(
+        call(&url, "POST", "/list", Some(TOKEN), bom),
+        (400, r#"{"error":"body must be valid JSON"}"#.into())
+    );
     // 400: bad JSON, then a reason naming the field.
     assert_eq!(
         call(&url, "POST", "/write", Some(TOKEN), "{nope"),

@@ -213,6 +213,7 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
         crate::delegate_store!(
             list,
             retrieve,
+            retrieve_marked,
             forget,
             sweep,
             get,

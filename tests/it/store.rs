@@ -333,7 +333,11 @@ fn forget_and_sweep_retire_without_deleting() {
         store.write(&repo, &batch, &opts()).expect("write");
         let dry = store.sweep(&repo, true).expect("sweep");
         assert_eq!(dry.swept, 2);
-        assert_eq!(dry.ids, ["mem:repo:acme/app:3", "mem:repo:acme/app:0"]);
+        assert_eq!(
+            dry.ids,
+            ["mem:repo:acme/app:0", "mem:repo:acme/app:3"],
+            "ascending sequence"
+        );
         assert_eq!(
             store
                 .list(&repo, &ListQuery::newest(50))

@@ -111,6 +111,10 @@ macro_rules! delegate_store {
         fn retrieve(&self, s: &lessons::ScopeKey, q: &str, l: usize)
             -> lessons::Result<Vec<lessons::Record>> { self.0.retrieve(s, q, l) }
     };
+    (@one retrieve_marked) => {
+        fn retrieve_marked(&self, s: &lessons::ScopeKey, q: &str, l: usize)
+            -> lessons::Result<Vec<lessons::model::Retrieved>> { self.0.retrieve_marked(s, q, l) }
+    };
     (@one forget) => {
         fn forget(&self, s: &lessons::ScopeKey, i: &str) -> lessons::Result<bool> {
             self.0.forget(s, i)

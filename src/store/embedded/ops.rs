@@ -113,6 +113,19 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+        Ok(self
+            .retrieve_marked(scope, query, limit)?
+            .into_iter()
+            .map(|r| r.record)
+            .collect())
+    }
+
+    fn retrieve_marked(
+        &self,
+        scope: &ScopeKey,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::model::Retrieved>> {
         validate_limit(limit)?;
         validate_query(query)?;
         let tokens = tokenize(query);
@@ -178,7 +191,7 @@ impl MemoryStore for EmbeddedStore {
         let now = (s.clock)();
         let ranked = rank(&tokens, candidates, now, limit);
         if ranked.is_empty() {
-            return Ok(ranked);
+            return Ok(Vec::new());
         }
         // Bump under the scope lock, re-reading each record: a write may have changed it.
         let lock = s.scope_lock(scope);
@@ -209,12 +222,19 @@ impl MemoryStore for EmbeddedStore {
                     "[store] {scope}: retrieve answered without recording its use: {}",
                     crate::error::describe_fjall(&e)
                 );
-                for (r, bumped) in out.iter_mut().zip(unbumped) {
-                    *r = bumped;
+                for (r, bumped) in out.iter_mut().zip(&unbumped) {
+                    *r = bumped.clone();
                 }
             }
         }
-        Ok(out)
+        Ok(out
+            .into_iter()
+            .zip(unbumped)
+            .map(|(record, old)| crate::model::Retrieved {
+                record,
+                first_use: old.last_used_at.is_none(),
+            })
+            .collect())
     }
 
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
@@ -265,6 +285,8 @@ impl MemoryStore for EmbeddedStore {
                 marked.push(r);
             }
         }
+        // The scan reads newest first; the answer lists ids in ascending sequence.
+        marked.reverse();
         let receipt = SweepReceipt {
             swept: marked.len() as u64,
             ids: marked.iter().map(|r| r.id.clone()).collect(),
