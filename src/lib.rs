@@ -66,6 +66,7 @@
 #![forbid(unsafe_code)]
 
 pub mod context;
+pub mod contract;
 pub mod decisions;
 mod error;
 pub mod fts;

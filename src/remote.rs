@@ -12,6 +12,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::contract::{
+    ForgetAnswer, ForgetRequest, ListRequest, RecordsAnswer, RetrieveRequest, SweepAnswer,
+    SweepRequest, WriteAnswer, WriteRequest,
+};
+
 use crate::decisions::{Decision, DecisionQuery};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Candidate, Record, ScopeKey, WriteCounts};
@@ -161,11 +166,19 @@ impl RemoteStore {
         ))
     }
 
-    fn records(value: &Value, field: &str) -> Result<Vec<Record>> {
-        serde_json::from_value(value.get(field).cloned().unwrap_or(Value::Null)).map_err(|e| {
+    /// One route of the Worker's contract: a typed request, a typed answer.
+    fn call<A: serde::de::DeserializeOwned>(
+        &self,
+        route: &str,
+        request: &impl serde::Serialize,
+    ) -> Result<A> {
+        let body = serde_json::to_value(request)
+            .map_err(|e| Error::format(format!("encoding {route}: {e}")))?;
+        let answer = self.post(route, &body)?;
+        serde_json::from_value(answer).map_err(|e| {
             Error::new(
                 ErrorKind::Remote,
-                format!("the server's {field} do not parse: {e}"),
+                format!("the answer of POST {route} does not parse: {e}"),
             )
         })
     }
@@ -182,48 +195,36 @@ impl MemoryStore for RemoteStore {
         candidates: &[Candidate],
         options: &WriteOptions,
     ) -> Result<WriteCounts> {
-        let mut body = serde_json::Map::new();
-        body.insert("scopeKey".into(), json!(scope));
-        body.insert("records".into(), json!(candidates));
-        if let Some(cap) = options.cap {
-            body.insert("cap".into(), json!(cap));
-        }
-        if let Some(tally) = &options.tally {
-            body.insert("tally".into(), json!(tally));
-        }
-        if !options.rejected.is_empty() {
-            body.insert("rejected".into(), json!(options.rejected));
-        }
-        let v = self.post("/write", &Value::Object(body))?;
-        Ok(WriteCounts {
-            inserted: count(&v, "inserted"),
-            deduped: count(&v, "deduped"),
-            restated: count(&v, "restated"),
-            superseded: count(&v, "superseded"),
-            evicted: count(&v, "evicted"),
-        })
+        let request = WriteRequest {
+            scope_key: scope.clone(),
+            records: candidates.to_vec(),
+            cap: options.cap,
+            tally: options.tally.clone(),
+            rejected: options.rejected.clone(),
+        };
+        let answer: WriteAnswer = self.call("/write", &request)?;
+        Ok(answer.counts)
     }
 
     fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
-        let mut body = serde_json::Map::new();
-        body.insert("scopeKey".into(), json!(scope));
-        body.insert("limit".into(), json!(query.limit));
-        if let Some(kind) = query.kind {
-            body.insert("kind".into(), json!(kind.as_str()));
-        }
-        if let Some(q) = &query.query {
-            body.insert("query".into(), json!(q));
-        }
-        Self::records(&self.post("/list", &Value::Object(body))?, "records")
+        let request = ListRequest {
+            scope_key: scope.clone(),
+            limit: query.limit,
+            query: query.query.clone(),
+            kind: query.kind,
+        };
+        let answer: RecordsAnswer<Record> = self.call("/list", &request)?;
+        Ok(answer.records)
     }
 
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
-        let body = json!({"scopeKey": scope, "query": query, "limit": limit});
-        match self
-            .post("/retrieve", &body)
-            .and_then(|v| Self::records(&v, "records"))
-        {
-            Ok(records) => Ok(records),
+        let request = RetrieveRequest {
+            scope_key: scope.clone(),
+            query: query.to_owned(),
+            limit,
+        };
+        match self.call::<RecordsAnswer<Record>>("/retrieve", &request) {
+            Ok(answer) => Ok(answer.records),
             Err(e) if e.is_invalid() || !self.degrade_retrieve => Err(e),
             Err(e) => {
                 log::warn!("[memory] retrieve failed for {scope} ({e}); continuing without memory");
@@ -234,25 +235,23 @@ impl MemoryStore for RemoteStore {
 
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
         crate::store::validate_forget_id(id)?;
-        let v = self.post("/forget", &json!({"scopeKey": scope, "id": id}))?;
-        Ok(v.get("forgotten").and_then(Value::as_bool).unwrap_or(false))
+        let request = ForgetRequest {
+            scope_key: scope.clone(),
+            id: id.to_owned(),
+        };
+        let answer: ForgetAnswer = self.call("/forget", &request)?;
+        Ok(answer.forgotten)
     }
 
     fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
-        let v = self.post("/sweep", &json!({"scopeKey": scope, "dryRun": dry_run}))?;
-        let ids = v
-            .get("ids")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let request = SweepRequest {
+            scope_key: scope.clone(),
+            dry_run,
+        };
+        let answer: SweepAnswer = self.call("/sweep", &request)?;
         Ok(SweepReceipt {
-            swept: count(&v, "swept"),
-            ids,
+            swept: answer.swept,
+            ids: answer.ids.unwrap_or_default(),
         })
     }
 

@@ -281,13 +281,11 @@ pub fn human_record(r: &Record) -> String {
 fn print_records(cli: &Cli, records: &[Record]) -> Result<(), Failure> {
     let mut o = out();
     if cli.json {
-        // A struct, not `json!`, so each record keeps its field order.
-        #[derive(serde::Serialize)]
-        struct Records<'a> {
-            records: &'a [Record],
-        }
-        let line = serde_json::to_string(&Records { records })
-            .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
+        // The server's answer, byte for byte.
+        let line = serde_json::to_string(&lessons::contract::RecordsAnswer {
+            records: records.to_vec(),
+        })
+        .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
         emit(&mut o, &line)?;
     } else {
         for r in records {
@@ -342,8 +340,12 @@ pub fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let line = json!({"ok": true, "inserted": c.inserted, "deduped": c.deduped, "restated": c.restated, "superseded": c.superseded, "evicted": c.evicted});
-        emit(&mut o, &line.to_string())?;
+        let line = serde_json::to_string(&lessons::contract::WriteAnswer {
+            ok: true,
+            counts: c,
+        })
+        .map_err(|e| Failure::Usage(format!("encoding the answer: {e}")))?;
+        emit(&mut o, &line)?;
     } else {
         emit(
             &mut o,
@@ -406,10 +408,20 @@ pub fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
     let handle = open_handle(cli, false)?;
     let store = handle.store();
-    let records = store
-        .retrieve(&scope, &args.query, args.limit)
+    let retrieved = store
+        .retrieve_marked(&scope, &args.query, args.limit)
         .map_err(fail)?;
     handle.close()?;
+    if cli.json {
+        // The server's answer, byte for byte: a first use prints `lastUsedAt` last.
+        let line = serde_json::to_string(&lessons::contract::RetrieveAnswer { records: retrieved })
+            .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
+        let mut o = out();
+        emit(&mut o, &line)?;
+        o.flush()?;
+        return Ok(Outcome::Ok);
+    }
+    let records: Vec<Record> = retrieved.into_iter().map(|r| r.record).collect();
     print_records(cli, &records)?;
     Ok(Outcome::Ok)
 }
@@ -436,10 +448,12 @@ pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        emit(
-            &mut o,
-            &json!({"ok": true, "forgotten": forgotten}).to_string(),
-        )?;
+        let line = serde_json::to_string(&lessons::contract::ForgetAnswer {
+            ok: true,
+            forgotten,
+        })
+        .map_err(|e| Failure::Usage(format!("encoding the answer: {e}")))?;
+        emit(&mut o, &line)?;
     } else if forgotten {
         emit(&mut o, &format!("forgotten {}", args.id))?;
     } else {

@@ -19,10 +19,13 @@ use crate::reflect::reflection_prompt;
 use crate::store::{system_clock, WriteOptions};
 
 pub(super) fn error(status: StatusCode, message: &str) -> Response {
+    let answer = crate::contract::ErrorAnswer {
+        error: message.to_owned(),
+    };
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
-        json!({ "error": message }).to_string(),
+        serde_json::to_string(&answer).unwrap_or_default(),
     )
         .into_response()
 }
@@ -220,7 +223,15 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
     }
     let worker = Arc::clone(state);
     match tokio::task::spawn_blocking(move || execute(&worker, body)).await {
-        Ok(Ok((value, log))) => (ok_json(&value), Some(log)),
+        Ok(Ok((text, log))) => (
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                text,
+            )
+                .into_response(),
+            Some(log),
+        ),
         Ok(Err(e)) if e.is_invalid() => (error(StatusCode::BAD_REQUEST, e.message()), None),
         Ok(Err(e)) => {
             log::error!("[http] {path} failed: {e}");
@@ -245,9 +256,17 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
     }
 }
 
-/// Runs one request against the store (on a blocking thread). Returns the answer and a log
-/// suffix with the scope and counts.
-pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
+fn text(answer: &impl serde::Serialize) -> crate::Result<String> {
+    serde_json::to_string(answer)
+        .map_err(|e| crate::Error::format(format!("encoding the answer: {e}")))
+}
+
+/// Runs one request against the store (on a blocking thread). Returns the answer's JSON text
+/// and a log suffix with the scope and counts. The Worker's routes answer with the typed
+/// [`crate::contract`] bodies, serialized straight to text so every number keeps the form
+/// JavaScript prints.
+pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(String, String)> {
+    use crate::contract::{ForgetAnswer, RecordsAnswer, SweepAnswer, WriteAnswer};
     let store = state.store.as_ref();
     Ok(match body {
         Body::Retrieve {
@@ -257,7 +276,7 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, Str
         } => {
             let records = store.retrieve_marked(&scope, &query, limit)?;
             let log = format!("{scope} records={}", records.len());
-            (json!({ "records": records }), log)
+            (text(&RecordsAnswer { records })?, log)
         }
         Body::Write {
             scope,
@@ -266,7 +285,7 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, Str
             tally,
             rejected,
         } => {
-            let c = store.write(
+            let counts = store.write(
                 &scope,
                 &records,
                 &WriteOptions {
@@ -275,35 +294,57 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(Value, Str
                     rejected,
                 },
             )?;
+            let c = &counts;
             let log = format!(
                 "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
                 c.inserted, c.deduped, c.restated, c.superseded, c.evicted
             );
-            (
-                json!({"ok": true, "inserted": c.inserted, "deduped": c.deduped, "restated": c.restated, "superseded": c.superseded, "evicted": c.evicted}),
-                log,
-            )
+            (text(&WriteAnswer { ok: true, counts })?, log)
         }
         Body::List { scope, query } => {
             let records = store.list(&scope, &query)?;
             let log = format!("{scope} records={}", records.len());
-            (json!({ "records": records }), log)
+            (text(&RecordsAnswer { records })?, log)
         }
         Body::Forget { scope, id } => {
             let forgotten = store.forget(&scope, &id)?;
             (
-                json!({"ok": true, "forgotten": forgotten}),
+                text(&ForgetAnswer {
+                    ok: true,
+                    forgotten,
+                })?,
                 format!("{scope} forgotten={forgotten}"),
             )
         }
         Body::Sweep { scope, dry_run } => {
             let r = store.sweep(&scope, dry_run)?;
             let log = format!("{scope} swept={} dry_run={dry_run}", r.swept);
-            if dry_run {
-                (json!({"ok": true, "swept": r.swept, "ids": r.ids}), log)
-            } else {
-                (json!({"ok": true, "swept": r.swept}), log)
-            }
+            let answer = SweepAnswer {
+                ok: true,
+                swept: r.swept,
+                ids: dry_run.then_some(r.ids),
+            };
+            (text(&answer)?, log)
+        }
+        other => {
+            let (value, log) = execute_other(state, other)?;
+            (text(&value)?, log)
+        }
+    })
+}
+
+/// The routes beyond the Worker's, answered as JSON values.
+fn execute_other(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
+    let store = state.store.as_ref();
+    Ok(match body {
+        Body::Retrieve { .. }
+        | Body::Write { .. }
+        | Body::List { .. }
+        | Body::Forget { .. }
+        | Body::Sweep { .. } => {
+            return Err(crate::Error::invalid(
+                "a memory route reached the wrong handler",
+            ))
         }
         Body::Get { id } => {
             let record = store.get(&id)?;
