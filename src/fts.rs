@@ -136,10 +136,16 @@ impl FtsDoc {
 /// or, beyond [`MAX_MATCH_TERMS`], the longest of them (ties: earlier first), longest first.
 /// The order is the order `bm25()` sums in.
 pub fn match_terms(query: &str) -> Vec<String> {
+    match_terms_of(&crate::text::tokenize(query))
+}
+
+/// [`match_terms`] of a query already tokenized.
+pub fn match_terms_of(tokens: &[String]) -> Vec<String> {
     let mut seen = HashSet::new();
-    let distinct: Vec<String> = crate::text::tokenize(query)
-        .into_iter()
-        .filter(|t| seen.insert(t.clone()))
+    let distinct: Vec<String> = tokens
+        .iter()
+        .filter(|t| seen.insert(t.as_str()))
+        .cloned()
         .collect();
     if distinct.len() <= MAX_MATCH_TERMS {
         return distinct;

@@ -19,8 +19,6 @@
 use std::path::Path;
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
-
 use tantivy::directory::MmapDirectory;
 use tantivy::postings::Postings;
 use tantivy::query::TermQuery;
@@ -255,7 +253,9 @@ impl KeywordIndex {
                 .inverted_index(self.f_body)
                 .map_err(|e| index_err("reading the index", e))?;
             let alive = segment.alive_bitset();
-            let mut docs: HashMap<DocId, Vec<u32>> = HashMap::new();
+            // Each hit's frequencies live in one flat vector, `terms.len()` per hit.
+            let mut docs: crate::text::FnvMap<DocId, usize> = crate::text::FnvMap::default();
+            let mut freqs: Vec<u32> = Vec::new();
             for (i, t) in terms.iter().enumerate() {
                 let term = Term::from_field_text(self.f_body, &scoped(scope, t));
                 let Some(mut postings) = inverted
@@ -267,8 +267,11 @@ impl KeywordIndex {
                 let mut doc = postings.doc();
                 while doc != TERMINATED {
                     if alive.is_none_or(|a| a.is_alive(doc)) {
-                        let freqs = docs.entry(doc).or_insert_with(|| vec![0; terms.len()]);
-                        if let Some(f) = freqs.get_mut(i) {
+                        let at = *docs.entry(doc).or_insert_with(|| {
+                            freqs.resize(freqs.len() + terms.len(), 0);
+                            freqs.len() - terms.len()
+                        });
+                        if let Some(f) = freqs.get_mut(at + i) {
                             *f = postings.term_freq();
                         }
                     }
@@ -285,12 +288,12 @@ impl KeywordIndex {
             let lens = fast
                 .u64("len")
                 .map_err(|e| index_err("reading lengths", e))?;
-            for (doc, freqs) in docs {
+            for (doc, at) in docs {
                 if let (Some(seq), Some(len)) = (seqs.first(doc), lens.first(doc)) {
                     out.push(Hit {
                         seq,
                         len: u32::try_from(len).unwrap_or(u32::MAX),
-                        freqs,
+                        freqs: freqs.get(at..at + terms.len()).unwrap_or_default().to_vec(),
                     });
                 }
             }

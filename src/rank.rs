@@ -7,7 +7,7 @@
 //!
 //! **Invariant:** pure; scores are finite for finite inputs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use crate::model::Record;
 use crate::text::for_each_token;
@@ -58,13 +58,14 @@ pub fn blend(keyword: f64, recency: f64) -> f64 {
 /// building a token set per record.
 pub struct QueryMatcher {
     total: usize,
-    distinct: HashMap<String, (usize, usize)>,
+    distinct: crate::text::FnvMap<String, (usize, usize)>,
 }
 
 impl QueryMatcher {
     /// A matcher for `query_tokens` (duplicates kept).
     pub fn new(query_tokens: &[String]) -> QueryMatcher {
-        let mut distinct: HashMap<String, (usize, usize)> = HashMap::new();
+        let mut distinct: crate::text::FnvMap<String, (usize, usize)> =
+            crate::text::FnvMap::default();
         for t in query_tokens {
             let next = distinct.len();
             distinct.entry(t.clone()).or_insert((next, 0)).1 += 1;

@@ -22,24 +22,41 @@ pub fn tokenize(text: &str) -> Vec<String> {
 pub fn for_each_token(text: &str, mut f: impl FnMut(&str)) {
     let lower;
     // Only a non-ASCII character can lowercase into ASCII (the Kelvin sign, dotted capital I),
-    // so an ASCII text needs no allocation beyond the per-token buffer.
+    // so an ASCII text needs no allocation beyond the buffer for a token with capitals.
     let source: &str = if text.is_ascii() {
         text
     } else {
         lower = text.to_lowercase();
         &lower
     };
-    let mut token = String::new();
-    for b in source.bytes() {
+    let bytes = source.as_bytes();
+    let mut buf = String::new();
+    let mut start = None;
+    let mut upper = false;
+    let mut emit = |from: usize, to: usize, upper: bool, f: &mut dyn FnMut(&str)| {
+        let run = source.get(from..to).unwrap_or_default();
+        if upper {
+            buf.clear();
+            buf.push_str(run);
+            buf.make_ascii_lowercase();
+            f(&buf);
+        } else {
+            f(run);
+        }
+    };
+    for (i, b) in bytes.iter().enumerate() {
         if b.is_ascii_alphanumeric() {
-            token.push(b.to_ascii_lowercase() as char);
-        } else if !token.is_empty() {
-            f(&token);
-            token.clear();
+            if start.is_none() {
+                start = Some(i);
+                upper = false;
+            }
+            upper |= b.is_ascii_uppercase();
+        } else if let Some(from) = start.take() {
+            emit(from, i, upper, &mut f);
         }
     }
-    if !token.is_empty() {
-        f(&token);
+    if let Some(from) = start {
+        emit(from, bytes.len(), upper, &mut f);
     }
 }
 
@@ -260,3 +277,30 @@ mod js_number_tests {
         }
     }
 }
+
+/// FNV-1a: a fast hasher for the short keys of in-process maps (tokens, document ids). Not
+/// resistant to chosen collisions; only for maps whose keys come from the store's own records and
+/// a bounded query, where SipHash's cost showed up in retrieve's profile.
+#[derive(Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// A `HashMap` keyed through [`Fnv`].
+pub type FnvMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;

@@ -133,7 +133,7 @@ impl MemoryStore for EmbeddedStore {
             return Ok(Vec::new());
         }
         let s = &*self.shared;
-        let terms = crate::fts::match_terms(query);
+        let terms = crate::fts::match_terms_of(&tokens);
         // Every active record holding a term, scored as the reference Worker's FTS5 `bm25()`
         // scores it: the committed index answers for most, and writes staged since its last
         // commit answer for themselves (the indexer reloads the searcher before it forgets a
@@ -153,7 +153,7 @@ impl MemoryStore for EmbeddedStore {
             })
             .filter(|h| h.freqs.iter().any(|&f| f > 0))
             .collect();
-        let mut hits: HashMap<u64, crate::index::Hit> = s
+        let mut hits: crate::text::FnvMap<u64, crate::index::Hit> = s
             .index
             .matches(scope.as_str(), &terms)?
             .into_iter()

@@ -1,7 +1,7 @@
 //! Reading and writing one scope's records and bookkeeping inside a transaction: the keys a
 //! record occupies, the bookkeeping checked against the records, the eviction order.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use fjall::OwnedWriteBatch;
@@ -363,7 +363,7 @@ impl Shared {
 pub(super) struct ScopeFts {
     pub(super) totals: Totals,
     /// Active records holding each term.
-    pub(super) hits: HashMap<String, u64>,
+    pub(super) hits: crate::text::FnvMap<String, u64>,
 }
 
 impl ScopeFts {
