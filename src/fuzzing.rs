@@ -66,7 +66,17 @@ pub fn wire(data: &[u8]) {
         return;
     };
     let route = POST_ROUTES[usize::from(pick) % POST_ROUTES.len()].0;
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+    // The server's own decoder: any bytes, any depth. Where serde_json reads the bytes as they
+    // are (UTF-8, shallow enough), the decoder must read the same value.
+    let decoded = crate::server::body::decode(body);
+    if let Ok(plain) = serde_json::from_slice::<serde_json::Value>(body) {
+        assert_eq!(
+            decoded.as_ref(),
+            Some(&plain),
+            "the decoder disagrees with serde_json"
+        );
+    }
+    let Some(value) = decoded else {
         return;
     };
     match parse(route, &value) {
@@ -95,4 +105,28 @@ pub fn wire(data: &[u8]) {
         Ok(_) => {}
         Err(reason) => assert!(!reason.is_empty()),
     }
+}
+
+/// Provenance checks and unions over arbitrary JSON: never a panic, and the union of two valid
+/// dependency records is itself a valid, bounded one.
+pub fn provenance(data: &[u8]) {
+    use crate::provenance::{
+        is_context_dependencies, is_memory_provenance, merge_context_dependencies, merge_provenance,
+    };
+    let Ok(serde_json::Value::Array(items)) = serde_json::from_slice::<serde_json::Value>(data)
+    else {
+        return;
+    };
+    let (a, b) = (items.first(), items.get(1));
+    for v in [a, b].into_iter().flatten() {
+        let _ = is_memory_provenance(v);
+    }
+    let merged = merge_context_dependencies(&[a, b]);
+    if a.is_some_and(is_context_dependencies) && b.is_some_and(is_context_dependencies) {
+        assert!(
+            is_context_dependencies(&merged),
+            "the union of two valid dependency records is invalid: {merged}"
+        );
+    }
+    let _ = merge_provenance("org:a", a, b);
 }

@@ -1061,4 +1061,57 @@ mod tests {
             r#"{"a":1,"b":[0.5,1e+21],"c":"x\u0001"}"#
         );
     }
+
+    mod union {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn dependencies() -> impl Strategy<Value = Value> {
+            let origin = (0usize..6, 0usize..2).prop_map(|(r, q)| {
+                json!({"runId": format!("r{r}"), "requester": format!("U{q}"), "channelId": "C1", "threadKey": "t"})
+            });
+            let mcp = (0usize..4, 0usize..3).prop_map(|(a, c)| {
+                json!({"runId": "r1", "actionId": format!("a{a}"), "callIds": [format!("c{c}")], "responseHash": H})
+            });
+            (
+                prop::collection::vec(origin, 0..8),
+                prop::collection::vec(mcp, 0..4),
+                prop::collection::vec(prop::sample::select(vec!["acme/web", "acme/api", "Acme/Web", "x/y"]), 0..4),
+                prop::collection::vec(prop::sample::select(vec!["org:acme", "repo:acme/web", "user:U1"]), 0..3),
+                prop::sample::select(vec!["known", "unknown", "revoked"]),
+                0u64..5,
+            )
+                .prop_map(|(origins, mcp, repos, scopes, status, revision)| {
+                    let mut d = json!({"version": 1, "status": status, "revision": revision, "origins": origins, "slack": [], "mcp": mcp});
+                    if !repos.is_empty() {
+                        d["githubRepos"] = json!(repos);
+                    }
+                    if !scopes.is_empty() {
+                        d["memoryScopes"] = json!(scopes);
+                    }
+                    if status != "known" {
+                        d["reason"] = json!("legacy");
+                    }
+                    d
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn the_union_of_valid_records_is_valid_and_keeps_taint(a in dependencies(), b in dependencies()) {
+                let merged = merge_context_dependencies(&[Some(&a), Some(&b)]);
+                if is_context_dependencies(&a) && is_context_dependencies(&b) {
+                    prop_assert!(is_context_dependencies(&merged), "{a} + {b} = {merged}");
+                    let worst = [&a, &b].iter().map(|v| status_of(v)).fold("known", |w, s| {
+                        if w == "revoked" || s == "revoked" { "revoked" } else if w == "unknown" || s == "unknown" { "unknown" } else { "known" }
+                    });
+                    if worst != "known" {
+                        prop_assert_ne!(status_of(&merged), "known", "taint is never lost");
+                    }
+                    let again = merge_context_dependencies(&[Some(&merged), Some(&b)]);
+                    prop_assert!(same_content(&again, &merged), "a second union of the same input changes nothing");
+                }
+            }
+        }
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 const KEPT_DEPTH: usize = 64;
 
 /// The body as JSON, or `None` when `JSON.parse` would throw.
-pub(super) fn decode(bytes: &[u8]) -> Option<Value> {
+pub(crate) fn decode(bytes: &[u8]) -> Option<Value> {
     let text = String::from_utf8_lossy(bytes);
     match serde_json::from_str::<Value>(&text) {
         Ok(v) => Some(v),

@@ -14,7 +14,7 @@
 #![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
 
 mod auth;
-mod body;
+pub(crate) mod body;
 mod conn;
 mod handler;
 mod metrics;

@@ -58,3 +58,16 @@ fn wire_corpus_replays() {
         lessons::fuzzing::wire(&data);
     }
 }
+
+#[test]
+fn provenance_corpus_replays() {
+    let files = corpus("provenance");
+    assert!(
+        files.len() >= 10,
+        "the provenance corpus is too small: {}",
+        files.len()
+    );
+    for (_, data) in files {
+        lessons::fuzzing::provenance(&data);
+    }
+}
