@@ -6,6 +6,13 @@
 //! share the machine's two cores with the server. Each phase is bounded: 5 seconds or 200,000
 //! requests, whichever comes first.
 //!
+//! Then the same routes **open loop**: requests arrive at a fixed rate (500, 1,000, 2,000 and
+//! 4,000 per second) whether or not earlier ones were answered, and each latency is measured
+//! from the request's intended send time, so a server that falls behind shows the queue it
+//! builds (a closed loop would hide it: its clients simply send less). 64 sender threads, each
+//! with a keep-alive connection, take the schedule in order; a rate is sustained when at least
+//! 95% of it completes within the phase. `LESSONS_LOAD=closed` or `=open` runs one mode.
+//!
 //! `cargo bench --bench server_load`
 
 mod support;
@@ -132,6 +139,98 @@ fn run_phase(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>) {
     );
 }
 
+/// Senders in the open-loop mode: enough that a rate's schedule is never short of a free one
+/// until the server itself falls behind.
+const SENDERS: usize = 64;
+const OPEN_PHASE: Duration = Duration::from_secs(4);
+const RATES: [u64; 4] = [500, 1_000, 2_000, 4_000];
+
+/// One open-loop phase: `rate` requests per second for `OPEN_PHASE`. Returns whether the rate
+/// was sustained.
+fn run_open(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>, rate: u64) -> bool {
+    let n = rate * OPEN_PHASE.as_secs();
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now() + Duration::from_millis(50);
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let threads: Vec<_> = (0..SENDERS)
+        .map(|c| {
+            let (url, next, errors, briefs) = (
+                url.to_owned(),
+                Arc::clone(&next),
+                Arc::clone(&errors),
+                Arc::clone(briefs),
+            );
+            let body = phase.body;
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(10)))
+                    .build()
+                    .into();
+                let mut rng = Rng(0x0be1 + c as u64);
+                let mut samples = Vec::new();
+                let deadline = start + OPEN_PHASE + Duration::from_secs(2);
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= n {
+                        break;
+                    }
+                    let intended = start + interval.mul_f64(k as f64);
+                    // A request whose turn comes after the phase (plus a grace) is not sent:
+                    // the rate was not sustained, and the count says so.
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    if let Some(wait) = intended.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let (path, payload) = body(&mut rng, k as usize, &briefs);
+                    let ok = agent
+                        .post(&format!("{url}{path}"))
+                        .header("authorization", &format!("Bearer {TOKEN}"))
+                        .send(payload.as_bytes())
+                        .map(|mut r| {
+                            let status = r.status().as_u16();
+                            let _ = r.body_mut().read_to_vec();
+                            status == 200
+                        })
+                        .unwrap_or(false);
+                    // From the intended send time: the time a caller on this schedule waits.
+                    samples.push(intended.elapsed());
+                    if !ok {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                samples
+            })
+        })
+        .collect();
+    let mut all: Vec<Duration> = Vec::new();
+    for t in threads {
+        all.extend(t.join().unwrap_or_default());
+    }
+    all.sort();
+    let pick = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    let achieved = all.len() as f64 / OPEN_PHASE.as_secs_f64();
+    let sustained = all.len() as f64 >= 0.95 * n as f64;
+    println!(
+        "| {} | {rate}/s | {:.0}/s | {:.2} ms | {:.2} ms | {:.2} ms | {} errors{} |",
+        phase.name,
+        achieved.min(rate as f64),
+        pick(0.50).as_secs_f64() * 1e3,
+        pick(0.99).as_secs_f64() * 1e3,
+        pick(0.999).as_secs_f64() * 1e3,
+        errors.load(Ordering::Relaxed),
+        if sustained { "" } else { ", **not sustained**" }
+    );
+    sustained
+}
+
 fn main() {
     let dir = tempfile::tempdir().expect("dir");
     let store = EmbeddedStore::open(dir.path()).expect("open");
@@ -163,6 +262,43 @@ fn main() {
     let server =
         Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server");
     let url = server.url();
+    let mode = std::env::var("LESSONS_LOAD").unwrap_or_default();
+    if mode != "closed" {
+        println!("\nOpen loop: fixed arrival rate, latency from the intended send time, {}-second phases, {SENDERS} senders (server and senders share 2 cores)\n", OPEN_PHASE.as_secs());
+        println!("| route | offered | completed | p50 | p99 | p99.9 | |");
+        println!("|---|---|---|---|---|---|---|");
+        let phases = [
+            Phase {
+                name: "/list (window read, 24 facts)",
+                body: list_body,
+            },
+            Phase {
+                name: "/retrieve (400-token brief, limit 8)",
+                body: retrieve_body,
+            },
+            Phase {
+                name: "/write (4 candidates, fsync)",
+                body: write_body,
+            },
+        ];
+        let mut saturation = Vec::new();
+        for phase in &phases {
+            let mut best = 0;
+            for rate in RATES {
+                if run_open(&url, phase, &briefs, rate) {
+                    best = rate;
+                }
+            }
+            saturation.push((phase.name, best));
+        }
+        println!();
+        for (name, best) in saturation {
+            println!("{name}: sustained up to {best}/s of the rates tried");
+        }
+        if mode == "open" {
+            return;
+        }
+    }
     println!("\n{CLIENTS} concurrent clients over loopback, {}-second phases (server and clients share 2 cores)\n", PHASE.as_secs());
     println!("| route | requests/s | p50 | p99 | |");
     println!("|---|---|---|---|---|");
