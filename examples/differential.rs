@@ -527,6 +527,23 @@ fn invalid(rng: &mut Rng, s: &str) -> Request {
             )
         }),
         Box::new(|| Request::raw("/write", b"{nope".to_vec())),
+        // A JavaScript client that cuts a query inside a surrogate pair sends a lone one.
+        Box::new(|| {
+            Request::raw(
+                "/retrieve",
+                format!(r#"{{"scopeKey":"{s}","query":"npm cache \ud83d","limit":3}}"#)
+                    .into_bytes(),
+            )
+        }),
+        Box::new(|| {
+            Request::raw(
+                "/retrieve",
+                format!(r#"{{"scopeKey":"{s}","query":"x","limit":1e400}}"#).into_bytes(),
+            )
+        }),
+        Box::new(|| {
+            Request::raw("/write", format!(r#"{{"scopeKey":"{s}","records":[{{"kind":"fact","text":"x","sourceThreadKey":"t","confidence":-1e400}}]}}"#).into_bytes())
+        }),
         Box::new(|| Request::raw("/list", b"".to_vec())),
         Box::new(|| {
             Request::raw(
@@ -622,7 +639,7 @@ fn main() {
         let t = now.load(Ordering::SeqCst);
         // Now and then a burst of concurrent requests, one per scope, so answers stay
         // deterministic while both servers handle them at once.
-        let burst = if rng.chance(5) { 2 + rng.below(4) } else { 1 };
+        let burst = if rng.chance(5) { 2 + rng.below(4) } else { 1 }.min(count - sent);
         let mut batch: Vec<(Request, Option<usize>)> = Vec::new();
         let mut used = std::collections::HashSet::new();
         for _ in 0..burst {

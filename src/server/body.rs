@@ -18,11 +18,117 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Value> {
     let text = String::from_utf8_lossy(bytes);
     match serde_json::from_str::<Value>(&text) {
         Ok(v) => Some(v),
-        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
-            serde_json::from_str(&flatten_deep(text.as_bytes(), KEPT_DEPTH)?).ok()
+        Err(e) if is_depth(&e) => parse_deep(text.as_bytes()),
+        // What JSON.parse reads and serde_json does not: rewritten, then read again.
+        Err(_) => {
+            let js = js_normalize(text.as_bytes())?;
+            match serde_json::from_str::<Value>(&js) {
+                Ok(v) => Some(v),
+                Err(e) if is_depth(&e) => parse_deep(js.as_bytes()),
+                Err(_) => None,
+            }
         }
-        Err(_) => None,
     }
+}
+
+fn is_depth(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
+fn parse_deep(text: &[u8]) -> Option<Value> {
+    serde_json::from_str(&flatten_deep(text, KEPT_DEPTH)?).ok()
+}
+
+/// The two things `JSON.parse` accepts that serde_json refuses, rewritten so every route answers
+/// as the Worker does: a lone surrogate escape (`"\ud800"`, which a JavaScript client produces by
+/// cutting a string inside a pair) reads as U+FFFD, and a number beyond the double range
+/// (`1e400`, Infinity there) reads as the largest double of its sign, which every field refuses
+/// with the same words as Infinity (not an integer in range, not a number in [0, 1], not a
+/// string). `None` when nothing needed rewriting.
+fn js_normalize(b: &[u8]) -> Option<String> {
+    let hex = |i: usize| -> Option<u32> {
+        let digits = std::str::from_utf8(b.get(i..i + 4)?).ok()?;
+        u32::from_str_radix(digits, 16).ok()
+    };
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut changed = false;
+    let mut i = 0;
+    let mut in_string = false;
+    while let Some(&c) = b.get(i) {
+        if in_string {
+            match c {
+                b'"' => {
+                    in_string = false;
+                    out.push(c);
+                    i += 1;
+                }
+                b'\\' if b.get(i + 1) == Some(&b'u') => {
+                    let Some(cp) = hex(i + 2) else {
+                        out.push(c);
+                        i += 1;
+                        continue;
+                    };
+                    let paired = (0xD800..0xDC00).contains(&cp)
+                        && b.get(i + 6) == Some(&b'\\')
+                        && b.get(i + 7) == Some(&b'u')
+                        && hex(i + 8).is_some_and(|lo| (0xDC00..0xE000).contains(&lo));
+                    if paired {
+                        out.extend_from_slice(b.get(i..i + 12)?);
+                        i += 12;
+                    } else if (0xD800..0xE000).contains(&cp) {
+                        out.extend_from_slice(b"\\ufffd");
+                        changed = true;
+                        i += 6;
+                    } else {
+                        out.extend_from_slice(b.get(i..i + 6)?);
+                        i += 6;
+                    }
+                }
+                b'\\' => {
+                    out.extend_from_slice(b.get(i..(i + 2).min(b.len()))?);
+                    i += 2;
+                }
+                _ => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else if c == b'"' {
+            in_string = true;
+            out.push(c);
+            i += 1;
+        } else if c == b'-' || c.is_ascii_digit() {
+            let start = i;
+            while b.get(i).is_some_and(|d| {
+                d.is_ascii_digit() || matches!(d, b'-' | b'+' | b'.' | b'e' | b'E')
+            }) {
+                i += 1;
+            }
+            let literal = b.get(start..i)?;
+            match std::str::from_utf8(literal)
+                .ok()
+                .and_then(|l| l.parse::<f64>().ok())
+            {
+                Some(x) if x.is_infinite() => {
+                    let max = if x < 0.0 {
+                        "-1.7976931348623157e308"
+                    } else {
+                        "1.7976931348623157e308"
+                    };
+                    out.extend_from_slice(max.as_bytes());
+                    changed = true;
+                }
+                _ => out.extend_from_slice(literal),
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    if !changed {
+        return None;
+    }
+    String::from_utf8(out).ok()
 }
 
 /// `text` with every container below `max` levels replaced by an empty one; `None` when a
@@ -223,6 +329,22 @@ mod tests {
         assert_eq!(v["a"], "x\u{FFFD}y");
         assert!(decode(b"").is_none());
         assert!(decode(b"\xEF\xBB\xBF{}").is_none());
+    }
+
+    #[test]
+    fn what_json_parse_reads_and_serde_does_not_is_read() {
+        let v = decode(br#"{"q":"cut \ud83d","r":"pair \ud83d\ude00","n":1e400,"m":-1e999}"#)
+            .expect("decodes");
+        assert_eq!(v["q"], "cut \u{FFFD}");
+        assert_eq!(v["r"], "pair \u{1F600}");
+        assert_eq!(v["n"].as_f64(), Some(f64::MAX));
+        assert_eq!(v["m"].as_f64(), Some(-f64::MAX));
+        assert!(decode(br#"{"q":"\udc00 alone"}"#).is_some());
+        assert!(decode(b"{nope").is_none());
+        assert!(
+            decode(br#"{"a":1e400,}"#).is_none(),
+            "a syntax error stays one"
+        );
     }
 
     #[test]
