@@ -881,3 +881,73 @@ fn a_write_is_retrievable_the_moment_it_returns_while_the_indexer_commits() {
         assert_eq!(hits.len(), 1, "write {i} was not visible to retrieve");
     }
 }
+
+#[test]
+fn the_window_follows_every_change_to_its_scope() {
+    each(|store, clock| {
+        let repo = scope("repo:acme/window");
+        let window = |store: &dyn MemoryStore| -> Vec<(String, u64)> {
+            store
+                .list(&repo, &ListQuery::window(24))
+                .expect("window")
+                .into_iter()
+                .map(|r| (r.text, r.use_count))
+                .collect()
+        };
+        let w = |t: &str| Candidate::fact(t, "t");
+        store
+            .write(&repo, &[w("alpha lesson"), w("beta lesson")], &opts())
+            .expect("write");
+        assert_eq!(
+            window(store),
+            [("beta lesson".into(), 0), ("alpha lesson".into(), 0)]
+        );
+        // A retrieve's bump shows in the next window read.
+        clock.advance(1_000);
+        assert_eq!(
+            store.retrieve(&repo, "alpha", 8).expect("retrieve").len(),
+            1
+        );
+        assert_eq!(
+            window(store),
+            [("beta lesson".into(), 0), ("alpha lesson".into(), 1)]
+        );
+        // So do an insert, a dedup, a forget, a supersede and a sweep.
+        store
+            .write(&repo, &[w("gamma lesson"), w("BETA lesson")], &opts())
+            .expect("write");
+        assert_eq!(
+            window(store),
+            [
+                ("gamma lesson".into(), 0),
+                ("beta lesson".into(), 1),
+                ("alpha lesson".into(), 1)
+            ]
+        );
+        assert!(store.forget(&repo, &repo.record_id(0)).expect("forget"));
+        let fix = w("delta lesson").superseding(repo.record_id(2));
+        store
+            .write(&repo, &[fix, w("PR 12 was merged")], &opts())
+            .expect("write");
+        assert_eq!(
+            window(store),
+            [
+                ("PR 12 was merged".into(), 0),
+                ("delta lesson".into(), 0),
+                ("beta lesson".into(), 1)
+            ]
+        );
+        assert_eq!(store.sweep(&repo, false).expect("sweep").swept, 1);
+        assert_eq!(
+            window(store),
+            [("delta lesson".into(), 0), ("beta lesson".into(), 1)]
+        );
+        assert_eq!(
+            store
+                .list(&repo, &ListQuery::window(1))
+                .expect("window")
+                .len(),
+            1
+        );
+    });
+}

@@ -133,6 +133,7 @@ impl Shared {
             self.verified.lock().insert(scope.clone());
             // The eviction order is rebuilt from the records on next need.
             self.lru.lock().remove(&scope);
+            self.windows.lock().remove(&scope);
         }
         Ok(changed)
     }

@@ -46,6 +46,12 @@ use commit::SyncState;
 use indexer::Ops;
 use records::LruKey;
 
+/// How many scopes' windows stay decoded in memory (each at most `WINDOW_LEN` facts).
+const WINDOW_SCOPES: usize = 1024;
+/// The newest facts a scope's cached window holds: any fact list without a query up to the
+/// largest limit is answered from it.
+const WINDOW_LEN: usize = crate::store::MAX_LIMIT;
+
 /// How many scopes' FTS totals stay in memory (each is one count per distinct term of the
 /// scope); a scope past them is counted again from its records on its next retrieve.
 const FTS_SCOPES: usize = 256;
@@ -82,6 +88,8 @@ struct Shared {
     /// at most `fts_scopes` of them.
     fts: Mutex<HashMap<ScopeKey, Arc<records::ScopeFts>>>,
     fts_scopes: usize,
+    /// Per-scope newest facts, decoded (see `window`), at most `WINDOW_SCOPES` of them.
+    windows: Mutex<crate::text::FnvMap<ScopeKey, Arc<Vec<crate::model::Record>>>>,
     ops: Mutex<Ops>,
     /// Held while the index is staged and committed.
     committing: Mutex<()>,
@@ -229,6 +237,7 @@ impl EmbeddedStore {
             lru: Mutex::new(HashMap::new()),
             fts: Mutex::new(HashMap::new()),
             fts_scopes: FTS_SCOPES,
+            windows: Mutex::new(crate::text::FnvMap::default()),
             ops: Mutex::new(Ops::default()),
             committing: Mutex::new(()),
             wake: Condvar::new(),

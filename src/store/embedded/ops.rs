@@ -52,6 +52,14 @@ impl MemoryStore for EmbeddedStore {
         validate_query(query.query.as_deref().unwrap_or(""))?;
         let filter = super::super::ListFilter::new(query.query.as_deref());
         let s = &*self.shared;
+        // The window (newest facts, no query) comes from the scope's decoded window.
+        if query.kind == Some(Kind::Fact)
+            && query.query.is_none()
+            && query.limit <= super::WINDOW_LEN
+        {
+            let window = s.window(scope)?;
+            return Ok(window.iter().take(query.limit).cloned().collect());
+        }
         let keep = |r: &Record| filter.keeps(r);
         let mut out = Vec::with_capacity(query.limit);
         if let Some(kind) = query.kind {

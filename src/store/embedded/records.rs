@@ -261,6 +261,10 @@ impl Shared {
 
     /// Applies a committed transaction's eviction-order edits, if that scope's order is loaded.
     pub(super) fn apply_lru(&self, scope: &ScopeKey, edits: Vec<(Option<LruKey>, Option<LruKey>)>) {
+        // Every commit that changes a scope's records passes here, under the scope's lock and
+        // before the write is acknowledged: the decoded window is dropped, so the next read
+        // after the acknowledgement decodes the records again.
+        self.windows.lock().remove(scope);
         let mut lru = self.lru.lock();
         if let Some(order) = lru.get_mut(scope) {
             for (old, new) in edits {
@@ -316,6 +320,41 @@ impl Shared {
         }
         all.insert(scope.clone(), Arc::clone(&stats));
         Ok(stats)
+    }
+
+    /// The newest `WINDOW_LEN` active facts of `scope`, decoded, shared: kept until the next
+    /// commit to the scope, so a window read costs the same whatever the size of the store.
+    pub(super) fn window(&self, scope: &ScopeKey) -> Result<Arc<Vec<Record>>> {
+        if let Some(w) = self.windows.lock().get(scope) {
+            return Ok(Arc::clone(w));
+        }
+        // Under the scope's lock, so no commit lands between the scan and the insert.
+        let lock = self.scope_lock(scope);
+        let _guard = lock.lock();
+        if let Some(w) = self.windows.lock().get(scope) {
+            return Ok(Arc::clone(w));
+        }
+        let mut facts = Vec::with_capacity(super::WINDOW_LEN);
+        for g in self
+            .ks
+            .active
+            .prefix(codec::active_prefix(scope, Kind::Fact))
+            .take(super::WINDOW_LEN)
+        {
+            facts.push(codec::decode_record(
+                &g.value().map_err(st("reading records"))?,
+                Some(scope),
+            )?);
+        }
+        let facts = Arc::new(facts);
+        let mut all = self.windows.lock();
+        if all.len() >= super::WINDOW_SCOPES {
+            if let Some(victim) = all.keys().next().cloned() {
+                all.remove(&victim);
+            }
+        }
+        all.insert(scope.clone(), Arc::clone(&facts));
+        Ok(facts)
     }
 
     /// The first `n` active records of `scope` in eviction order. The order is kept in memory
