@@ -69,6 +69,28 @@ fn write_body(rng: &mut Rng, i: usize, _: &[String]) -> (String, String) {
     )
 }
 
+/// One request on a keep-alive connection; `true` on a 200 (the body read whole).
+fn post(agent: &ureq::Agent, url: &str, path: &str, payload: &str) -> bool {
+    agent
+        .post(&format!("{url}{path}"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .send(payload.as_bytes())
+        .map(|mut r| {
+            let status = r.status().as_u16();
+            let _ = r.body_mut().read_to_vec();
+            status == 200
+        })
+        .unwrap_or(false)
+}
+
+/// The `p` quantile of sorted samples.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted
+        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
 fn run_phase(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>) {
     let stop = Arc::new(AtomicBool::new(false));
     let total = Arc::new(AtomicU64::new(0));
@@ -100,16 +122,7 @@ fn run_phase(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>) {
                     let (path, payload) = body(&mut rng, i, &briefs);
                     i += CLIENTS;
                     let t = Instant::now();
-                    let ok = agent
-                        .post(&format!("{url}{path}"))
-                        .header("authorization", &format!("Bearer {TOKEN}"))
-                        .send(payload.as_bytes())
-                        .map(|mut r| {
-                            let status = r.status().as_u16();
-                            let _ = r.body_mut().read_to_vec();
-                            status == 200
-                        })
-                        .unwrap_or(false);
+                    let ok = post(&agent, &url, &path, &payload);
                     samples.push(t.elapsed());
                     if !ok {
                         errors.fetch_add(1, Ordering::Relaxed);
@@ -126,11 +139,7 @@ fn run_phase(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>) {
     stop.store(true, Ordering::Relaxed);
     let elapsed = started.elapsed().as_secs_f64();
     all.sort();
-    let pick = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
+    let pick = |p: f64| percentile(&all, p);
     println!(
         "| {} | {:.0}/s | {:.2} ms | {:.2} ms | {} requests, {} errors |",
         phase.name,
@@ -189,16 +198,7 @@ fn run_open(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>, rate: u64) -> b
                         std::thread::sleep(wait);
                     }
                     let (path, payload) = body(&mut rng, k as usize, &briefs);
-                    let ok = agent
-                        .post(&format!("{url}{path}"))
-                        .header("authorization", &format!("Bearer {TOKEN}"))
-                        .send(payload.as_bytes())
-                        .map(|mut r| {
-                            let status = r.status().as_u16();
-                            let _ = r.body_mut().read_to_vec();
-                            status == 200
-                        })
-                        .unwrap_or(false);
+                    let ok = post(&agent, &url, &path, &payload);
                     // From the intended send time: the time a caller on this schedule waits.
                     samples.push(intended.elapsed());
                     if !ok {
@@ -214,11 +214,7 @@ fn run_open(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>, rate: u64) -> b
         all.extend(t.join().unwrap_or_default());
     }
     all.sort();
-    let pick = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
+    let pick = |p: f64| percentile(&all, p);
     let achieved = all.len() as f64 / OPEN_PHASE.as_secs_f64();
     let sustained = all.len() as f64 >= 0.95 * n as f64 && pick(0.99) < Duration::from_millis(100);
     println!(

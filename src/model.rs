@@ -312,6 +312,13 @@ pub struct Retrieved {
     pub first_use: bool,
 }
 
+impl Retrieved {
+    /// The records alone, in answer order.
+    pub fn records(list: Vec<Retrieved>) -> Vec<Record> {
+        list.into_iter().map(|r| r.record).collect()
+    }
+}
+
 impl Serialize for Retrieved {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.record.serialize_wire(s, self.first_use)

@@ -421,7 +421,7 @@ pub fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
         o.flush()?;
         return Ok(Outcome::Ok);
     }
-    let records: Vec<Record> = retrieved.into_iter().map(|r| r.record).collect();
+    let records = lessons::model::Retrieved::records(retrieved);
     print_records(cli, &records)?;
     Ok(Outcome::Ok)
 }

@@ -248,11 +248,9 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
-        Ok(self
-            .retrieve_marked(scope, query, limit)?
-            .into_iter()
-            .map(|r| r.record)
-            .collect())
+        Ok(crate::model::Retrieved::records(
+            self.retrieve_marked(scope, query, limit)?,
+        ))
     }
 
     fn retrieve_marked(

@@ -214,7 +214,9 @@ impl Shared {
             [],
         );
         tx.lru.push((None, Some(lru_key(r, seq))));
-        tx.fts.push((true, FtsDoc::of(&r.text, &r.keywords)));
+        if self.fts_loaded(scope) {
+            tx.fts.push((true, FtsDoc::of(&r.text, &r.keywords)));
+        }
         Ok(())
     }
 
@@ -229,7 +231,9 @@ impl Shared {
             codec::norm_key(scope, &normalize(&old.text), seq),
         );
         tx.lru.push((Some(lru_key(old, seq)), None));
-        tx.fts.push((false, FtsDoc::of(&old.text, &old.keywords)));
+        if self.fts_loaded(scope) {
+            tx.fts.push((false, FtsDoc::of(&old.text, &old.keywords)));
+        }
         tx.batch.insert(
             &self.ks.retired,
             codec::retired_key(scope, seq),
@@ -276,6 +280,13 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Whether the scope's FTS totals are in memory. Writers hold the scope's lock from planning
+    /// to commit and `fts_stats` loads under it, so the answer holds for the whole write: a
+    /// scope whose totals are not loaded costs its writes no tokenizing.
+    fn fts_loaded(&self, scope: &ScopeKey) -> bool {
+        self.fts.lock().contains_key(scope)
     }
 
     /// Applies a committed transaction's changes to the scope's FTS totals, if loaded.
