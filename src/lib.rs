@@ -99,5 +99,6 @@ pub use model::{Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
 pub use redact::redact_secrets;
 pub use reflect::{Origin, ReflectionOutcome};
 pub use store::{
-    Durability, EmbeddedStore, InMemoryStore, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
+    Durability, EmbeddedStore, InMemoryStore, ListQuery, MemoryStore, SweepReceipt, Window,
+    WriteOptions,
 };

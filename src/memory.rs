@@ -16,7 +16,7 @@ use crate::model::{Kind, Record, ScopeKey};
 use crate::reflect::{
     parse_reflection, route, Origin, ReflectionOutcome, Shown, SHOWN_PER_SCOPE, SHOWN_QUERY_UNITS,
 };
-use crate::store::{ListQuery, MemoryStore, WriteOptions, MAX_LIMIT, MAX_QUERY_UNITS};
+use crate::store::{MemoryStore, WriteOptions, MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::text::head_utf16;
 use crate::Result;
 
@@ -57,8 +57,8 @@ pub fn build_context(
     let mut searched: Vec<&ScopeKey> = vec![&run.org];
     if let Some(repo) = &run.repo {
         if config.repo_window > 0 {
-            match store.list(repo, &ListQuery::window(config.repo_window)) {
-                Ok(records) => window = records,
+            match store.window(repo, config.repo_window) {
+                Ok(records) => window = records.to_vec(),
                 Err(e) => ctx.warnings.push(format!(
                     "[memory] repo window read failed ({}); continuing without the window",
                     e
@@ -119,7 +119,7 @@ pub fn shown_set(
 ) -> Result<Vec<Record>> {
     let mut shown: Vec<Record> = Vec::new();
     if let (Some(repo), true) = (&run.repo, config.repo_window > 0) {
-        shown.extend(store.list(repo, &ListQuery::window(config.repo_window))?);
+        shown.extend_from_slice(&store.window(repo, config.repo_window)?);
     }
     let query = format!("{request} {answer}");
     let query = head_utf16(&query, SHOWN_QUERY_UNITS);

@@ -256,6 +256,12 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
     }
 }
 
+/// `{records}` over borrowed records: [`RecordsAnswer`]'s bytes without owning them.
+#[derive(serde::Serialize)]
+struct SharedRecords<'a> {
+    records: &'a [crate::Record],
+}
+
 fn text(answer: &impl serde::Serialize) -> crate::Result<String> {
     serde_json::to_string(answer)
         .map_err(|e| crate::Error::format(format!("encoding the answer: {e}")))
@@ -302,6 +308,12 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(String, St
             (text(&WriteAnswer { ok: true, counts })?, log)
         }
         Body::List { scope, query } => {
+            if query.is_window() {
+                // The hot read: serialized from the store's shared window, nothing copied.
+                let window = store.window(&scope, query.limit)?;
+                let log = format!("{scope} records={}", window.len());
+                return Ok((text(&SharedRecords { records: &window })?, log));
+            }
             let records = store.list(&scope, &query)?;
             let log = format!("{scope} records={}", records.len());
             (text(&RecordsAnswer { records })?, log)
@@ -386,10 +398,7 @@ fn execute_other(state: &AppState, body: Body) -> crate::Result<(Value, String)>
             )
         }
         Body::Window { scope } => {
-            let records = store.list(
-                &scope,
-                &crate::store::ListQuery::window(state.context.repo_window.max(1)),
-            )?;
+            let records = store.window(&scope, state.context.repo_window.max(1))?;
             let pairs: Vec<(&str, &str)> = records
                 .iter()
                 .map(|r| (r.text.as_str(), r.source_thread_key.as_str()))
@@ -401,7 +410,7 @@ fn execute_other(state: &AppState, body: Body) -> crate::Result<(Value, String)>
                 state.context.max_tokens,
             );
             let mut answer = serde_json::Map::new();
-            answer.insert("records".into(), json!(records));
+            answer.insert("records".into(), json!(&*records));
             if let Some(b) = block {
                 answer.insert("kept".into(), json!(b.kept));
                 answer.insert("block".into(), Value::String(b.text));

@@ -95,6 +95,49 @@ impl ListQuery {
             query: None,
         }
     }
+
+    /// Whether this is a window read (facts, no query), which [`MemoryStore::window`] answers.
+    pub fn is_window(&self) -> bool {
+        self.kind == Some(Kind::Fact) && self.query.is_none()
+    }
+}
+
+/// A scope's newest facts, newest first, shared with the store that read them.
+///
+/// The embedded store keeps each read scope's window decoded until the next commit to the scope,
+/// and a `Window` points into that copy: reading it copies no record, and a later write builds a
+/// new window rather than changing this one, so a `Window` never changes while it is held.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    records: Arc<Vec<Record>>,
+    len: usize,
+}
+
+impl Window {
+    /// The first `limit` of `records` (all of them if fewer).
+    pub fn new(records: Arc<Vec<Record>>, limit: usize) -> Window {
+        let len = limit.min(records.len());
+        Window { records, len }
+    }
+}
+
+impl From<Vec<Record>> for Window {
+    fn from(records: Vec<Record>) -> Window {
+        let len = records.len();
+        Window {
+            records: Arc::new(records),
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for Window {
+    type Target = [Record];
+
+    fn deref(&self) -> &[Record] {
+        // `len <= records.len()` by construction; `get` keeps that unprovable step panic-free.
+        self.records.get(..self.len).unwrap_or(&[])
+    }
 }
 
 /// The answer of a sweep.
@@ -257,6 +300,13 @@ pub trait MemoryStore: Send + Sync {
 
     /// Active records, newest first; never bumps usage.
     fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>>;
+
+    /// The window read: the newest `limit` (1–50) active facts of `scope`, as
+    /// `list(scope, &ListQuery::window(limit))` answers them, without copying where the store
+    /// keeps them decoded (the embedded store does). Never bumps usage.
+    fn window(&self, scope: &ScopeKey, limit: usize) -> Result<Window> {
+        Ok(Window::from(self.list(scope, &ListQuery::window(limit))?))
+    }
 
     /// The best `limit` active records for `query`; bumps every returned record.
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>>;

@@ -886,13 +886,12 @@ fn a_write_is_retrievable_the_moment_it_returns_while_the_indexer_commits() {
 fn the_window_follows_every_change_to_its_scope() {
     each(|store, clock| {
         let repo = scope("repo:acme/window");
+        // The shared window read and the owned list answer the same records every time.
         let window = |store: &dyn MemoryStore| -> Vec<(String, u64)> {
-            store
-                .list(&repo, &ListQuery::window(24))
-                .expect("window")
-                .into_iter()
-                .map(|r| (r.text, r.use_count))
-                .collect()
+            let listed = store.list(&repo, &ListQuery::window(24)).expect("list");
+            let shared = store.window(&repo, 24).expect("window");
+            assert_eq!(listed, shared.to_vec());
+            listed.into_iter().map(|r| (r.text, r.use_count)).collect()
         };
         let w = |t: &str| Candidate::fact(t, "t");
         store
@@ -902,6 +901,8 @@ fn the_window_follows_every_change_to_its_scope() {
             window(store),
             [("beta lesson".into(), 0), ("alpha lesson".into(), 0)]
         );
+        // A window already read never changes under its holder.
+        let held = store.window(&repo, 24).expect("window");
         // A retrieve's bump shows in the next window read.
         clock.advance(1_000);
         assert_eq!(
@@ -949,5 +950,15 @@ fn the_window_follows_every_change_to_its_scope() {
                 .len(),
             1
         );
+        assert_eq!(store.window(&repo, 1).expect("window").len(), 1);
+        let held: Vec<(&str, u64)> = held
+            .iter()
+            .map(|r| (r.text.as_str(), r.use_count))
+            .collect();
+        assert_eq!(held, [("beta lesson", 0), ("alpha lesson", 0)]);
+        for bad in [0, 51] {
+            let e = store.window(&repo, bad).expect_err("limit out of range");
+            assert_eq!(e.kind(), lessons::ErrorKind::Invalid, "{e}");
+        }
     });
 }

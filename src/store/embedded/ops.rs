@@ -8,7 +8,7 @@ use fjall::Readable;
 use super::super::codec::{self, ScopeMeta};
 use super::super::{
     format_day, validate_limit, validate_query, validate_write, DayStats, ImportReport, ListQuery,
-    MemoryStore, SweepReceipt, WriteOptions,
+    MemoryStore, SweepReceipt, Window, WriteOptions,
 };
 use super::commit::Ticket;
 use super::records::with_status;
@@ -53,12 +53,8 @@ impl MemoryStore for EmbeddedStore {
         let filter = super::super::ListFilter::new(query.query.as_deref());
         let s = &*self.shared;
         // The window (newest facts, no query) comes from the scope's decoded window.
-        if query.kind == Some(Kind::Fact)
-            && query.query.is_none()
-            && query.limit <= super::WINDOW_LEN
-        {
-            let window = s.window(scope)?;
-            return Ok(window.iter().take(query.limit).cloned().collect());
+        if query.is_window() && query.limit <= super::WINDOW_LEN {
+            return Ok(Window::new(s.window(scope)?, query.limit).to_vec());
         }
         let keep = |r: &Record| filter.keeps(r);
         let mut out = Vec::with_capacity(query.limit);
@@ -118,6 +114,12 @@ impl MemoryStore for EmbeddedStore {
             }
         }
         Ok(out)
+    }
+
+    fn window(&self, scope: &ScopeKey, limit: usize) -> Result<Window> {
+        validate_limit(limit)?;
+        // `WINDOW_LEN` is the largest valid limit, so the decoded window always suffices.
+        Ok(Window::new(self.shared.window(scope)?, limit))
     }
 
     fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
