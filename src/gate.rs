@@ -186,10 +186,11 @@ pub fn rejection_markers(text: &str) -> Vec<Marker> {
     if reference {
         out.push(Marker::Reference);
     }
-    if has_sha(text) {
+    let (sha, digit) = scan_sha(text);
+    if sha {
         out.push(Marker::Sha);
     }
-    if hits.matched(SET_OUTCOME) && has_count(text, &p.outcome) {
+    if digit && hits.matched(SET_OUTCOME) && has_count(text, &p.outcome) {
         out.push(Marker::Count);
     }
     let rest = [
@@ -222,63 +223,171 @@ pub fn is_status(text: &str) -> bool {
 }
 
 /// The clauses of `text`: the pieces between runs of `;` `.` `!` `?` `\n` and `—`.
+///
+/// Split on bytes: the ASCII separators are single bytes, `—` is the only sequence `E2 80 94`,
+/// and every cut falls on a character boundary of valid UTF-8.
 fn clauses(text: &str) -> impl Iterator<Item = &str> {
-    text.split([';', '.', '!', '?', '\n', '—'])
-        .filter(|c| !c.is_empty())
+    let bytes = text.as_bytes();
+    let (mut start, mut i) = (0, 0);
+    std::iter::from_fn(move || {
+        while i < bytes.len() {
+            let cut = match bytes.get(i) {
+                Some(b';' | b'.' | b'!' | b'?' | b'\n') => 1,
+                Some(0xE2) if bytes.get(i + 1..i + 3) == Some(&[0x80, 0x94]) => 3,
+                _ => 0,
+            };
+            if cut == 0 {
+                i += 1;
+                continue;
+            }
+            let piece = text.get(start..i);
+            i += cut;
+            start = i;
+            if let Some(piece) = piece.filter(|p| !p.is_empty()) {
+                return Some(piece);
+            }
+        }
+        let rest = text.get(start..).filter(|p| !p.is_empty());
+        start = bytes.len();
+        rest
+    })
 }
+
+/// Byte classes for [`has_sha`]: 0 ends a run; otherwise the bits say what the byte adds.
+const SHA_DIGIT: u8 = 1;
+const SHA_HEX_LETTER: u8 = 2;
+const SHA_OTHER_LETTER: u8 = 4;
+static SHA_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = if c.is_ascii_digit() {
+            SHA_DIGIT
+        } else if matches!(c, b'a'..=b'f' | b'A'..=b'F') {
+            SHA_HEX_LETTER
+        } else if c.is_ascii_alphabetic() {
+            SHA_OTHER_LETTER
+        } else {
+            0
+        };
+        b += 1;
+    }
+    t
+};
 
 /// `sha`: a maximal run of ASCII letters and digits, 7 to 40 long, all hexadecimal, with at least
 /// one digit and at least one letter a–f (either case).
+#[cfg(test)]
 fn has_sha(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if !bytes[i].is_ascii_alphanumeric() {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        let (mut digit, mut letter, mut hex) = (false, false, true);
-        while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
-            let b = bytes[i];
-            if b.is_ascii_digit() {
-                digit = true;
-            } else if matches!(b, b'a'..=b'f' | b'A'..=b'F') {
-                letter = true;
-            } else {
-                hex = false;
-            }
-            i += 1;
-        }
-        if hex && digit && letter && (7..=40).contains(&(i - start)) {
-            return true;
-        }
+    scan_sha(text).0
+}
+
+/// `(sha, any ASCII digit)` in one pass over the bytes (a text without a digit has no count).
+fn scan_sha(text: &str) -> (bool, bool) {
+    let is_sha =
+        |seen: u8, len: usize| seen == SHA_DIGIT | SHA_HEX_LETTER && (7..=40).contains(&len);
+    let (mut seen, mut len, mut found, mut digits) = (0u8, 0usize, false, 0u8);
+    for &b in text.as_bytes() {
+        let class = SHA_CLASS[usize::from(b)];
+        // Branch-free: a boundary (class 0) judges the run that ends there and starts anew.
+        let boundary = class == 0;
+        found |= boundary & is_sha(seen, len);
+        digits |= class & SHA_DIGIT;
+        seen = if boundary { 0 } else { seen | class };
+        len = if boundary { 0 } else { len + 1 };
     }
-    false
+    (found || is_sha(seen, len), digits != 0)
 }
 
 /// `count`: some clause holds an outcome word and a number within three tokens of
 /// `test`/`tests`/`checks`/`rows`, tokens being the clause lowercased (full Unicode lowercasing,
 /// as JavaScript's `toLowerCase`) and split on every character outside `a-z0-9`.
 fn has_count(text: &str, outcome: &Regex) -> bool {
+    // Lowercasing adds an ASCII letter or digit only for U+0130 and U+212A (checked over every
+    // character), and otherwise only changes ASCII case, which the token comparison ignores:
+    // without those two, the raw text's tokens are the lowercased ones, and one pass decides.
+    if text.is_ascii() || !(text.contains('\u{212A}') || text.contains('\u{130}')) {
+        return near_pair_clauses(text, |clause| outcome.is_match(clause));
+    }
     clauses(text).any(|clause| {
-        if !clause.bytes().any(|b| b.is_ascii_digit()) || !outcome.is_match(clause) {
-            return false;
-        }
-        let lower = clause.to_lowercase();
-        let tokens: Vec<&str> = lower
-            .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit()))
-            .filter(|t| !t.is_empty())
-            .collect();
-        tokens.iter().enumerate().any(|(i, t)| {
-            t.bytes().all(|b| b.is_ascii_digit()) && {
-                let lo = i.saturating_sub(3);
-                let hi = (i + 3).min(tokens.len() - 1);
-                (lo..=hi)
-                    .any(|j| j != i && matches!(tokens[j], "test" | "tests" | "checks" | "rows"))
-            }
-        })
+        outcome.is_match(clause) && near_pair_clauses(&clause.to_lowercase(), |_| true)
     })
+}
+
+/// Byte classes for [`near_pair_clauses`].
+const TOKEN_BYTE: u8 = 1;
+const CLAUSE_END: u8 = 2;
+const MAYBE_DASH: u8 = 3;
+static COUNT_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = if c.is_ascii_alphanumeric() {
+            TOKEN_BYTE
+        } else if matches!(c, b';' | b'.' | b'!' | b'?' | b'\n') {
+            CLAUSE_END
+        } else if c == 0xE2 {
+            MAYBE_DASH
+        } else {
+            0
+        };
+        b += 1;
+    }
+    t
+};
+
+/// Whether some clause of `text` (as [`clauses`] cuts them) holds an all-digit token within
+/// three tokens of `test`/`tests`/`checks`/`rows` (ASCII case ignored) and `accept`s; tokens are
+/// the runs of ASCII letters and digits (no byte of a multi-byte character is one).
+///
+/// One pass over the bytes: whichever of a near pair comes second sees the nearest earlier token
+/// of the other sort, so each clause needs only the last index of each.
+fn near_pair_clauses(text: &str, mut accept: impl FnMut(&str) -> bool) -> bool {
+    let bytes = text.as_bytes();
+    let (mut last_number, mut last_word) = (None::<usize>, None::<usize>);
+    let (mut k, mut i, mut start, mut near) = (0usize, 0usize, 0usize, false);
+    let mut end_clause =
+        |from: usize, to: usize, near: bool| near && text.get(from..to).is_some_and(&mut accept);
+    while let Some(&b) = bytes.get(i) {
+        match COUNT_CLASS[usize::from(b)] {
+            TOKEN_BYTE => {
+                let first = i;
+                let mut digits = true;
+                while let Some(b) = bytes.get(i).filter(|b| b.is_ascii_alphanumeric()) {
+                    digits &= b.is_ascii_digit();
+                    i += 1;
+                }
+                let token = bytes.get(first..i).unwrap_or_default();
+                if digits {
+                    near |= last_word.is_some_and(|w| k - w <= 3);
+                    last_number = Some(k);
+                } else if matches!(token.len(), 4..=6)
+                    && [&b"test"[..], b"tests", b"checks", b"rows"]
+                        .iter()
+                        .any(|w| token.eq_ignore_ascii_case(w))
+                {
+                    near |= last_number.is_some_and(|n| k - n <= 3);
+                    last_word = Some(k);
+                }
+                k += 1;
+                continue;
+            }
+            CLAUSE_END => {}
+            MAYBE_DASH if bytes.get(i + 1..i + 3) == Some(&[0x80, 0x94]) => {}
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        if end_clause(start, i, near) {
+            return true;
+        }
+        i += if b == 0xE2 { 3 } else { 1 };
+        (start, k, near, last_number, last_word) = (i, 0, false, None, None);
+    }
+    end_clause(start, bytes.len(), near)
 }
 
 #[cfg(test)]
@@ -317,5 +426,111 @@ mod tests {
         // The Kelvin sign lowercases to `k`, so "chec\u{212A}s" is the token "checks".
         assert_eq!(names("12 chec\u{212A}s failed"), ["count"]);
         assert!(names("12 checks exist").is_empty());
+    }
+
+    /// The `sha` and `count` rules as the reference words them, without the one-pass shortcuts:
+    /// the model the fast scanners must agree with.
+    mod model {
+        pub fn clauses(text: &str) -> impl Iterator<Item = &str> {
+            text.split([';', '.', '!', '?', '\n', '\u{2014}'])
+                .filter(|c| !c.is_empty())
+        }
+
+        pub fn has_sha(text: &str) -> bool {
+            text.split(|c: char| !c.is_ascii_alphanumeric()).any(|run| {
+                (7..=40).contains(&run.len())
+                    && run.chars().all(|c| c.is_ascii_hexdigit())
+                    && run.chars().any(|c| c.is_ascii_digit())
+                    && run.chars().any(|c| c.is_ascii_alphabetic())
+            })
+        }
+
+        pub fn has_count(text: &str, outcome: &regex::Regex) -> bool {
+            clauses(text).any(|clause| {
+                if !outcome.is_match(clause) {
+                    return false;
+                }
+                let lower = clause.to_lowercase();
+                let tokens: Vec<&str> = lower
+                    .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit()))
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                tokens.iter().enumerate().any(|(i, t)| {
+                    t.bytes().all(|b| b.is_ascii_digit())
+                        && tokens.iter().enumerate().any(|(j, w)| {
+                            j != i
+                                && i.abs_diff(j) <= 3
+                                && matches!(*w, "test" | "tests" | "checks" | "rows")
+                        })
+                })
+            })
+        }
+    }
+
+    mod scanners_agree_with_the_model {
+        use super::super::{clauses, has_count, has_sha, PATTERNS};
+        use super::model;
+        use proptest::prelude::*;
+
+        /// Pieces that sit on every edge the scanners decide: separators (the em dash and its
+        /// look-alikes), the two characters whose lowercase is ASCII, hex runs of every length
+        /// around 7 and 40, count words beside numbers, outcome words.
+        const PIECES: &[&str] = &[
+            "test",
+            "tests",
+            "TESTS",
+            "checks",
+            "chec\u{212A}s",
+            "rows",
+            "12",
+            "10,512",
+            " ",
+            "\t",
+            "\u{a0}",
+            ";",
+            ".",
+            "!",
+            "?",
+            "\n",
+            "\u{2014}",
+            "\u{2013}",
+            "\u{e2}",
+            "-",
+            "pass",
+            "FAILED",
+            "green",
+            "\u{130}",
+            "\u{212A}",
+            "deadbee",
+            "f00d",
+            "abc",
+            "1234567",
+            "g1",
+            "a",
+            "0",
+            "\u{e9}",
+            "\u{1F389}",
+            "\u{30c9}",
+            "_",
+            "\u{3a3}",
+        ];
+
+        fn text() -> impl Strategy<Value = String> {
+            prop::collection::vec(prop::sample::select(PIECES), 0..30).prop_map(|p| p.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4000))]
+            #[test]
+            fn sha_count_and_clauses(t in text()) {
+                let outcome = &PATTERNS.outcome;
+                prop_assert_eq!(has_sha(&t), model::has_sha(&t));
+                prop_assert_eq!(has_count(&t, outcome), model::has_count(&t, outcome));
+                prop_assert_eq!(
+                    clauses(&t).collect::<Vec<_>>(),
+                    model::clauses(&t).collect::<Vec<_>>()
+                );
+            }
+        }
     }
 }
