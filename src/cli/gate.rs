@@ -29,9 +29,21 @@ pub fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
     let mut verdict = |out: &mut BufWriter<_>, text: &str, json: bool| -> Result<(), Failure> {
         let markers = rejection_marker_names(text);
         any_marker |= !markers.is_empty();
-        let line = if json {
-            serde_json::json!({ "markers": markers }).to_string()
-        } else if markers.is_empty() {
+        if json {
+            // `{"markers":[…]}` as serde_json prints it; marker names need no escaping.
+            out.write_all(b"{\"markers\":[")?;
+            for (i, name) in markers.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",")?;
+                }
+                out.write_all(b"\"")?;
+                out.write_all(name.as_bytes())?;
+                out.write_all(b"\"")?;
+            }
+            out.write_all(b"]}\n")?;
+            return Ok(());
+        }
+        let line = if markers.is_empty() {
             "lesson".to_owned()
         } else {
             markers.join(", ")
@@ -129,8 +141,32 @@ fn error_line(reason: &str) -> String {
     serde_json::json!({ "error": reason }).to_string()
 }
 
+/// An object line as the fast path reads it: `text` borrowed when it has no escapes, every
+/// other field skipped without being built.
+#[derive(serde::Deserialize)]
+struct TextObject<'a> {
+    #[serde(borrow)]
+    text: std::borrow::Cow<'a, str>,
+}
+
 /// One `--json-lines` input: a JSON string, or an object with a string `text`.
-fn parse_json_line(line: &str) -> Result<String, String> {
+fn parse_json_line(line: &str) -> Result<std::borrow::Cow<'_, str>, String> {
+    let fast = match line.trim_start().as_bytes().first() {
+        Some(b'"') => serde_json::from_str::<std::borrow::Cow<'_, str>>(line).ok(),
+        Some(b'{') => serde_json::from_str::<TextObject<'_>>(line)
+            .ok()
+            .map(|o| o.text),
+        _ => None,
+    };
+    match fast {
+        Some(text) => Ok(text),
+        None => parse_json_value(line).map(std::borrow::Cow::Owned),
+    }
+}
+
+/// The slow path, for a line the fast path refused: the reason, or the text after all (the
+/// two agree on every line both read).
+fn parse_json_value(line: &str) -> Result<String, String> {
     let value: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("line is not valid JSON: {e}"))?;
     match value {
@@ -162,5 +198,21 @@ mod tests {
         assert!(parse_json_line("nope")
             .unwrap_err()
             .contains("not valid JSON"));
+        // Where the typed fast path refuses a line the value path decides: a repeated `text`
+        // keeps the last (as `JSON.parse` does), a missing or null one is named.
+        assert_eq!(
+            parse_json_line(r#"{"text":"a","text":"b"}"#).as_deref(),
+            Ok("b")
+        );
+        assert!(parse_json_line(r#"{"txt":"a"}"#)
+            .unwrap_err()
+            .contains("no \"text\""));
+        assert!(parse_json_line(r#"{"text":null}"#)
+            .unwrap_err()
+            .contains("must be a string"));
+        assert_eq!(
+            parse_json_line(r#" "a\u00e9\n" "#).as_deref(),
+            Ok("a\u{e9}\n")
+        );
     }
 }
