@@ -1,11 +1,16 @@
 //! Gate throughput on realistic fact texts: facts per second on one core.
 //!
-//! Two corpora: ~110-character facts (the goal: ≥ 1,000,000 facts/s) and a 100–350
-//! character mix of lessons and status lines as an extractor writes them.
+//! Three corpora: ~110-character facts (goal: ≥ 1,000,000 facts/s), a 100–350 character ASCII
+//! mix of lessons and status lines as an extractor writes them, and the realistic mixed corpus
+//! (80–350 characters, half with non-ASCII words; `support/gate_corpus.rs`, which
+//! `examples/gate_corpus.rs` writes out for the whole-process measurement).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use lessons::gate::rejection_markers;
 use std::hint::black_box;
+
+#[path = "support/gate_corpus.rs"]
+mod gate_corpus;
 
 const LESSONS: [&str; 10] = [
     "the license check fails on a resident tree whose nested node_modules were dropped; npm ci fixes it",
@@ -60,9 +65,11 @@ fn gate(c: &mut Criterion) {
                 .unwrap_or_default()
         })
         .collect();
+    let unicode = gate_corpus::corpus(0x9a7e, 1000);
     for (name, facts) in [
         ("facts_110_chars", &short),
         ("facts_100_to_350_chars", &mixed),
+        ("mixed_80_to_350_chars_half_non_ascii", &unicode),
     ] {
         group.throughput(Throughput::Elements(facts.len() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(name), facts, |b, facts| {
