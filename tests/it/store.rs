@@ -962,3 +962,42 @@ fn the_window_follows_every_change_to_its_scope() {
         }
     });
 }
+
+#[test]
+fn eviction_stays_least_recently_used_after_the_order_leaves_memory() {
+    let dir = tempfile::tempdir().expect("a scratch dir");
+    let clock = FakeClock::new(T0);
+    let store = embedded_at(&clock, dir.path());
+    let ch = scope("channel:slack:C1");
+    let cap = |n| WriteOptions {
+        cap: Some(n),
+        tally: None,
+        rejected: Vec::new(),
+    };
+    for i in 0..5 {
+        let c = Candidate::fact(format!("note {i} about caching"), "t");
+        store.write(&ch, &[c], &cap(5)).expect("write");
+        clock.advance(10);
+    }
+    store.retrieve(&ch, "note 1", 1).expect("retrieve");
+    clock.advance(10);
+    // More scopes than the store keeps eviction orders for, each loading its own: the first
+    // scope's order leaves memory, and the bump below lands while it is out.
+    for i in 0..1100 {
+        let other = scope(&format!("repo:acme/r{i}"));
+        let two = [Candidate::fact("one", "t"), Candidate::fact("two", "t")];
+        assert_eq!(
+            store.write(&other, &two, &cap(1)).expect("write").evicted,
+            1
+        );
+    }
+    store.retrieve(&ch, "note 2", 1).expect("retrieve");
+    clock.advance(10);
+    let c = Candidate::fact("note 5 about caching", "t");
+    assert_eq!(store.write(&ch, &[c], &cap(2)).expect("write").evicted, 4);
+    let left = store.list(&ch, &ListQuery::newest(50)).expect("list");
+    assert_eq!(
+        texts(&left),
+        ["note 5 about caching", "note 2 about caching"]
+    );
+}

@@ -52,6 +52,10 @@ const WINDOW_SCOPES: usize = 1024;
 /// largest limit is answered from it.
 const WINDOW_LEN: usize = crate::store::MAX_LIMIT;
 
+/// How many scopes' eviction orders stay in memory (each one key per active record); a scope
+/// past them loads its order from its records again on its next write that needs it.
+const LRU_SCOPES: usize = 1024;
+
 /// How many scopes' FTS totals stay in memory (each is one count per distinct term of the
 /// scope); a scope past them is counted again from its records on its next retrieve.
 const FTS_SCOPES: usize = 256;
@@ -82,7 +86,8 @@ struct Shared {
     /// Scopes whose bookkeeping was checked against their records since open (see
     /// `scope_meta`).
     verified: Mutex<std::collections::HashSet<ScopeKey>>,
-    /// Per-scope eviction order, loaded on first need (see `eviction_head`).
+    /// Per-scope eviction order, loaded on first need (see `eviction_head`), at most
+    /// `LRU_SCOPES` of them.
     lru: Mutex<HashMap<ScopeKey, BTreeSet<LruKey>>>,
     /// Per-scope FTS totals for retrieve's `bm25()`, loaded on first need (see `fts_stats`),
     /// at most `fts_scopes` of them.

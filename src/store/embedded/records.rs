@@ -382,7 +382,16 @@ impl Shared {
             }
         }
         let head = order.iter().take(n).map(|k| k.2).collect();
-        self.lru.lock().insert(scope.clone(), order);
+        let mut all = self.lru.lock();
+        // Bounded by configuration, not by the number of scopes. Dropping another scope's order
+        // is safe without its lock: its commits edit the order only if loaded, and its next
+        // load reads the committed records under its lock.
+        if all.len() >= super::LRU_SCOPES {
+            if let Some(victim) = all.keys().next().cloned() {
+                all.remove(&victim);
+            }
+        }
+        all.insert(scope.clone(), order);
         Ok(head)
     }
 
