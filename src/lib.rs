@@ -20,7 +20,7 @@
 //! The store, in ten lines:
 //!
 //! ```
-//! use lessons::{Candidate, EmbeddedStore, ListQuery, MemoryStore, ScopeKey, WriteOptions};
+//! use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = std::env::temp_dir().join(format!("lessons-doc-{}", std::process::id()));
 //! let store = EmbeddedStore::open(&dir)?; // fsync per write by default
@@ -28,7 +28,7 @@
 //! let lesson = Candidate::fact("the license check fails when nested node_modules were dropped; npm ci fixes it", "slack:C1:1700");
 //! let counts = store.write(&repo, &[lesson], &WriteOptions::default())?;
 //! assert_eq!(counts.inserted, 1);
-//! let window = store.list(&repo, &ListQuery::window(24))?; // the newest facts, no usage bump
+//! let window = store.window(&repo, 24)?; // the newest facts, shared, no usage bump
 //! let hits = store.retrieve(&repo, "why does the license check fail?", 8)?; // BM25 + recency
 //! assert_eq!(hits[0].id, window[0].id);
 //! let again = Candidate::fact("nested node_modules loss breaks the license check", "slack:C1:1800")
