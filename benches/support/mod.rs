@@ -215,6 +215,13 @@ impl SqliteScope {
         tx.commit().expect("commit");
     }
 
+    /// Folds the write-ahead log into the database file, so its size on disk is the data's.
+    pub fn checkpoint(&self) {
+        self.conn
+            .pragma_update(None, "wal_checkpoint", "TRUNCATE")
+            .expect("checkpoint");
+    }
+
     /// The window read: the newest `limit` active facts, decoded.
     pub fn window(&self, limit: usize) -> Vec<Record> {
         let mut stmt = self
