@@ -981,9 +981,9 @@ fn eviction_stays_least_recently_used_after_the_order_leaves_memory() {
     }
     store.retrieve(&ch, "note 1", 1).expect("retrieve");
     clock.advance(10);
-    // More scopes than the store keeps eviction orders for, each loading its own: the first
+    // More scopes than the store keeps eviction orders for (4,096), each loading its own: the first
     // scope's order leaves memory, and the bump below lands while it is out.
-    for i in 0..1100 {
+    for i in 0..4200 {
         let other = scope(&format!("repo:acme/r{i}"));
         let two = [Candidate::fact("one", "t"), Candidate::fact("two", "t")];
         assert_eq!(

@@ -52,9 +52,11 @@ const WINDOW_SCOPES: usize = 1024;
 /// largest limit is answered from it.
 const WINDOW_LEN: usize = crate::store::MAX_LIMIT;
 
-/// How many scopes' eviction orders stay in memory (each one key per active record); a scope
-/// past them loads its order from its records again on its next write that needs it.
-const LRU_SCOPES: usize = 1024;
+/// How many scopes' eviction orders stay in memory (each one key per active record, about
+/// 25 KB for a 500-record scope, so at most about 100 MB); a write that evicts in a scope past
+/// them reads the scope's records again to rebuild its order. Sized above the windows' bound
+/// because an order is needed by every write at the cap, and a rebuild reads the whole scope.
+const LRU_SCOPES: usize = 4096;
 
 /// How many scopes' FTS totals stay in memory (each is one count per distinct term of the
 /// scope); a scope past them is counted again from its records on its next retrieve.
