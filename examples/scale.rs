@@ -136,7 +136,8 @@ fn main() {
     );
     println!(
         "| per 10-second interval | {} | {} | |",
-        ours["intervals"], base["intervals"]
+        ours["intervals"].as_str().unwrap_or(""),
+        base["intervals"].as_str().unwrap_or("")
     );
     println!(
         "| write latency p50 / p99 | {:.2} / {:.2} ms | {:.2} / {:.2} ms | |",
