@@ -231,9 +231,9 @@ fn clauses(text: &str) -> impl Iterator<Item = &str> {
     let (mut start, mut i) = (0, 0);
     std::iter::from_fn(move || {
         while i < bytes.len() {
-            let cut = match bytes.get(i) {
-                Some(b';' | b'.' | b'!' | b'?' | b'\n') => 1,
-                Some(0xE2) if bytes.get(i + 1..i + 3) == Some(&[0x80, 0x94]) => 3,
+            let cut = match bytes.get(i).map(|&b| BYTE_CLASS[usize::from(b)]) {
+                Some(CLAUSE_END) => 1,
+                Some(MAYBE_DASH) if bytes.get(i + 1..i + 3) == Some(&[0x80, 0x94]) => 3,
                 _ => 0,
             };
             if cut == 0 {
@@ -315,11 +315,12 @@ fn has_count(text: &str, outcome: &Regex) -> bool {
     })
 }
 
-/// Byte classes for [`near_pair_clauses`].
+/// Byte classes for [`clauses`] and [`near_pair_clauses`]: the one place that says which bytes
+/// cut a clause and which make a token.
 const TOKEN_BYTE: u8 = 1;
 const CLAUSE_END: u8 = 2;
 const MAYBE_DASH: u8 = 3;
-static COUNT_CLASS: [u8; 256] = {
+static BYTE_CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut b = 0;
     while b < 256 {
@@ -351,7 +352,7 @@ fn near_pair_clauses(text: &str, mut accept: impl FnMut(&str) -> bool) -> bool {
     let mut end_clause =
         |from: usize, to: usize, near: bool| near && text.get(from..to).is_some_and(&mut accept);
     while let Some(&b) = bytes.get(i) {
-        match COUNT_CLASS[usize::from(b)] {
+        match BYTE_CLASS[usize::from(b)] {
             TOKEN_BYTE => {
                 let first = i;
                 let mut digits = true;
