@@ -217,16 +217,8 @@ fn child(mode: &str, dir: &Path, shape: Shape) {
             };
             let written = rss();
             let reads = read_everywhere(&store, &keys, &words, shape.phase());
-            let result = serde_json::json!({
-                "name": "lessons",
-                "rate": report.total,
-                "intervals": rates(&report.intervals),
-                "p50_ms": ms(report.p50),
-                "p99_ms": ms(report.p99),
-                "bytes_after": bytes(&dir.join("lessons")),
-                "resident": format!("{}; {}; {}", mb(opened), mb(written), reads),
-            });
-            println!("RESULT {result}");
+            let resident = format!("{}; {}; {}", mb(opened), mb(written), reads);
+            report.print("lessons", bytes(&dir.join("lessons")), &resident);
         }
         "sqlite" => {
             let dbs: Arc<Vec<Mutex<SqliteScope>>> = Arc::new(
@@ -250,16 +242,8 @@ fn child(mode: &str, dir: &Path, shape: Shape) {
                     db.write(&cs, NOW + i as i64, 500);
                 })
             };
-            let result = serde_json::json!({
-                "name": "sqlite",
-                "rate": report.total,
-                "intervals": rates(&report.intervals),
-                "p50_ms": ms(report.p50),
-                "p99_ms": ms(report.p99),
-                "bytes_after": bytes(&dir.join("sqlite")),
-                "resident": format!("{}; {}", mb(opened), mb(rss())),
-            });
-            println!("RESULT {result}");
+            let resident = format!("{}; {}", mb(opened), mb(rss()));
+            report.print("sqlite", bytes(&dir.join("sqlite")), &resident);
         }
         other => panic!("unknown child mode {other}"),
     }
@@ -316,6 +300,22 @@ fn read_everywhere(
         r.join().expect("reader");
     }
     samples.join(", ")
+}
+
+impl Report {
+    /// The `RESULT` line the parent reads for an engine's write phase.
+    fn print(&self, name: &str, bytes_after: u64, resident: &str) {
+        let result = serde_json::json!({
+            "name": name,
+            "rate": self.total,
+            "intervals": rates(&self.intervals),
+            "p50_ms": ms(self.p50),
+            "p99_ms": ms(self.p99),
+            "bytes_after": bytes_after,
+            "resident": resident,
+        });
+        println!("RESULT {result}");
+    }
 }
 
 /// One reflection as extractors write them: two new lessons, a restatement of an existing
