@@ -94,6 +94,7 @@ fn log_in(b: &Browser, token: &str) {
 }
 
 #[test]
+#[ignore = "needs chromium and chromium-driver"]
 fn a_maintainer_reads_the_page_in_a_real_browser() {
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());

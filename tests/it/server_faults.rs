@@ -79,6 +79,7 @@ impl Drop for Tmpfs {
 }
 
 #[test]
+#[ignore = "needs root to mount a tmpfs"]
 fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let fs = Tmpfs::mount(&tmp.path().join("mnt"), "24m");
@@ -160,6 +161,7 @@ fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack
 }
 
 #[test]
+#[ignore = "needs root to mount a tmpfs"]
 fn retrieve_answers_when_its_usage_bump_cannot_be_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let fs = Tmpfs::mount(&tmp.path().join("mnt"), "16m");
