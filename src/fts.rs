@@ -65,6 +65,7 @@ fn class(c: char) -> Class {
 /// is all ASCII letters and digits (the only tokens a query term can equal), `None` for any other
 /// token (which still counts toward the document's length).
 pub fn for_each_fts_token(text: &str, mut f: impl FnMut(Option<&str>)) {
+    let text = crate::json::lone::as_token_text(text);
     let mut token = String::new();
     let mut in_token = false;
     let mut ascii = true;

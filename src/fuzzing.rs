@@ -68,7 +68,7 @@ pub fn wire(data: &[u8]) {
     let route = POST_ROUTES[usize::from(pick) % POST_ROUTES.len()].0;
     // The server's own decoder: any bytes, any depth. Where serde_json reads the bytes as they
     // are (UTF-8, shallow enough), the decoder must read the same value.
-    let decoded = crate::server::body::decode(body);
+    let decoded = crate::json::decode(body);
     if let Ok(plain) = serde_json::from_slice::<serde_json::Value>(body) {
         assert_eq!(
             decoded.as_ref(),

@@ -11,7 +11,9 @@
 //!
 //! The store's indexer thread stages changes into the one `IndexWriter` and commits them in
 //! groups ([`KeywordIndex::commit`]), because a tantivy commit costs ~8 ms. Each commit carries a
-//! payload: the highest outbox operation it covers (the watermark).
+//! payload ([`Mark`]): the highest outbox operation it covers (the watermark) and the records'
+//! journal position that was durable before it, so an index found ahead of the records at open
+//! is evidence that acknowledged records were lost.
 //!
 //! **Invariant:** only this module knows tantivy.
 //! **Invariant:** the index can always be rebuilt from the records ([`KeywordIndex::rebuild`]).
@@ -23,8 +25,8 @@ use tantivy::directory::MmapDirectory;
 use tantivy::postings::Postings;
 use tantivy::query::TermQuery;
 use tantivy::schema::{
-    Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, STORED,
-    STRING,
+    Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, Value,
+    STORED, STRING,
 };
 use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{
@@ -64,7 +66,8 @@ pub enum IndexOp {
 /// The tantivy index of active records.
 pub struct KeywordIndex {
     reader: IndexReader,
-    writer: Mutex<IndexWriter>,
+    /// `None` once [`KeywordIndex::finish`] has waited for the writer's merges.
+    writer: Mutex<Option<IndexWriter>>,
     f_id: Field,
     f_seq: Field,
     f_len: Field,
@@ -92,13 +95,43 @@ fn scoped(scope: &str, term: &str) -> String {
     out
 }
 
+/// What an index commit covers, kept as the commit's payload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark {
+    /// The highest outbox operation whose changes the commit holds (the watermark).
+    pub op: u64,
+    /// The number of the last records batch, read before the records' journal was made
+    /// durable ahead of this commit: every batch up to it was on disk when the index committed.
+    /// `None` in an index written before this was kept.
+    pub batch: Option<u64>,
+}
+
+impl Mark {
+    fn payload(self) -> String {
+        match self.batch {
+            Some(b) => format!("{} {b}", self.op),
+            None => self.op.to_string(),
+        }
+    }
+
+    fn parse(payload: &str) -> Option<Mark> {
+        let mut parts = payload.split(' ');
+        let op = parts.next()?.parse().ok()?;
+        let batch = match parts.next() {
+            Some(b) => Some(b.parse().ok()?),
+            None => None,
+        };
+        parts.next().is_none().then_some(Mark { op, batch })
+    }
+}
+
 /// What opening the index found.
 pub struct Opened {
     /// The index, ready for staging and search.
     pub index: KeywordIndex,
-    /// The last operation a commit covers; `None` when the index is new, was unreadable, or has
-    /// no watermark, which all mean: rebuild it from the records.
-    pub watermark: Option<u64>,
+    /// What the last commit covers; `None` when the index is new, was unreadable, or has no
+    /// watermark, which all mean: rebuild it from the records.
+    pub watermark: Option<Mark>,
 }
 
 fn schema() -> (Schema, [Field; 4]) {
@@ -141,6 +174,7 @@ impl KeywordIndex {
     fn try_open(dir: &Path) -> Result<Opened> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        remove_orphans(dir)?;
         let (schema, [f_id, f_seq, f_len, f_body]) = schema();
         let directory =
             MmapDirectory::open(dir).map_err(|e| index_err("opening the index directory", e))?;
@@ -154,7 +188,7 @@ impl KeywordIndex {
             .load_metas()
             .map_err(|e| index_err("reading the index metadata", e))?
             .payload
-            .and_then(|p| p.parse::<u64>().ok());
+            .and_then(|p| Mark::parse(&p));
         let writer: IndexWriter = index
             .writer_with_num_threads(1, WRITER_HEAP)
             .map_err(|e| index_err("opening the index writer", e))?;
@@ -166,7 +200,7 @@ impl KeywordIndex {
         Ok(Opened {
             index: KeywordIndex {
                 reader,
-                writer: Mutex::new(writer),
+                writer: Mutex::new(Some(writer)),
                 f_id,
                 f_seq,
                 f_len,
@@ -178,7 +212,8 @@ impl KeywordIndex {
 
     /// Stages `ops` in the writer; they become searchable at the next [`commit`](Self::commit).
     pub fn stage(&self, ops: &[IndexOp]) -> Result<()> {
-        let writer = self.writer.lock();
+        let guard = self.writer.lock();
+        let writer = guard.as_ref().ok_or_else(finished)?;
         for op in ops {
             match op {
                 IndexOp::Upsert {
@@ -209,38 +244,72 @@ impl KeywordIndex {
         Ok(())
     }
 
-    /// Commits everything staged with `watermark` as the payload, and makes it searchable.
-    pub fn commit(&self, watermark: u64) -> Result<()> {
-        let mut writer = self.writer.lock();
+    /// Commits everything staged with `mark` as the payload, and makes it searchable.
+    pub fn commit(&self, mark: Mark) -> Result<()> {
+        let mut guard = self.writer.lock();
+        let writer = guard.as_mut().ok_or_else(finished)?;
         let mut prepared = writer
             .prepare_commit()
             .map_err(|e| index_err("preparing an index commit", e))?;
-        prepared.set_payload(&watermark.to_string());
+        prepared.set_payload(&mark.payload());
         prepared
             .commit()
             .map_err(|e| index_err("committing the index", e))?;
-        drop(writer);
+        drop(guard);
         self.reader
             .reload()
             .map_err(|e| index_err("reloading the index reader", e))
     }
 
-    /// Replaces the whole index with `docs` (every active record) and commits with `watermark`.
-    pub fn rebuild(
-        &self,
-        docs: impl Iterator<Item = Result<IndexOp>>,
-        watermark: u64,
-    ) -> Result<()> {
+    /// Replaces the whole index with `docs` (every active record) and commits with `mark`.
+    pub fn rebuild(&self, docs: impl Iterator<Item = Result<IndexOp>>, mark: Mark) -> Result<()> {
         {
-            let writer = self.writer.lock();
-            writer
+            let guard = self.writer.lock();
+            guard
+                .as_ref()
+                .ok_or_else(finished)?
                 .delete_all_documents()
                 .map_err(|e| index_err("clearing the index", e))?;
         }
         for op in docs {
             self.stage(&[op?])?;
         }
-        self.commit(watermark)
+        self.commit(mark)
+    }
+
+    /// Lets the writer's background merges finish and releases it: dropping a writer kills
+    /// its merges midway, which leaves their temporary files behind. Nothing can be staged
+    /// afterwards.
+    pub fn finish(&self) -> Result<()> {
+        let writer = self.writer.lock().take();
+        match writer {
+            Some(w) => w
+                .wait_merging_threads()
+                .map_err(|e| index_err("finishing the index merges", e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The id of every committed, live document.
+    pub fn ids(&self) -> Result<Vec<String>> {
+        let searcher = self.reader.searcher();
+        let mut out = Vec::new();
+        for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+            let alive = segment.alive_bitset();
+            for doc in 0..segment.max_doc() {
+                if alive.is_some_and(|a| !a.is_alive(doc)) {
+                    continue;
+                }
+                let addr = tantivy::DocAddress::new(ord as u32, doc);
+                let stored: TantivyDocument = searcher
+                    .doc(addr)
+                    .map_err(|e| index_err("reading a document's id", e))?;
+                if let Some(id) = stored.get_first(self.f_id).and_then(|v| v.as_str()) {
+                    out.push(id.to_owned());
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Every committed document of `scope` holding any of `terms`, with its term frequencies
@@ -318,6 +387,26 @@ impl KeywordIndex {
             .map_err(|e| index_err("searching the index", e))?;
         Ok(n > 0)
     }
+}
+
+fn finished() -> Error {
+    Error::index("the index writer was already closed")
+}
+
+/// Removes what an interrupted tantivy write leaves in the directory: temporary files (`.tmp`
+/// followed by random letters) that nothing references. The caller holds the store's lock, so
+/// no other process writes here.
+fn remove_orphans(dir: &Path) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_str().is_some_and(|n| n.starts_with(".tmp")) {
+            std::fs::remove_file(entry.path())
+                .map_err(|e| Error::io(format!("removing {}", entry.path().display()), e))?;
+        }
+    }
+    Ok(())
 }
 
 /// The indexed body: the record's matchable FTS terms, scoped, joined by spaces.

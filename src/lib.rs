@@ -76,6 +76,7 @@ mod fts_tables;
 pub mod fuzzing;
 pub mod gate;
 mod index;
+mod json;
 pub mod memory;
 pub mod model;
 mod plan;

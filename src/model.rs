@@ -16,6 +16,7 @@ use std::sync::{Arc, LazyLock};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use crate::json::lone;
 use crate::text::utf16_len;
 
 /// The most characters a scope key may have.
@@ -263,6 +264,16 @@ pub struct Record {
     pub supersedes: Option<String>,
     /// Active or one of the retired statuses.
     pub status: Status,
+    /// Whether a dedup by normalized text can find this record. False only for a record whose
+    /// text was sent with a lone surrogate: the reference stores that text otherwise than it
+    /// compares it, so no later candidate ever equals it (one naming it as its supersede target
+    /// still compares with its stored text). Not on the wire; `true` for a record read from JSON.
+    #[serde(skip, default = "dedup_key_default")]
+    pub dedup_key: bool,
+}
+
+fn dedup_key_default() -> bool {
+    true
 }
 
 /// The wire form of a [`Record`]: the reference Worker's `toRecord` order, the fields every
@@ -274,7 +285,7 @@ struct WireRecord<'a> {
     scope_key: &'a ScopeKey,
     kind: Kind,
     text: &'a str,
-    keywords: Cow<'a, [String]>,
+    keywords: Keywords<'a>,
     source_thread_key: &'a str,
     created_at: i64,
     use_count: u64,
@@ -282,13 +293,13 @@ struct WireRecord<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     source_run_id: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    provenance: Option<Box<serde_json::value::RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     last_used_at: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     confidence: Option<Box<serde_json::value::RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     supersedes: &'a Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    provenance: &'a Option<serde_json::Value>,
     /// `lastUsedAt` set by the retrieve that answers: the reference adds the key to the record
     /// it read, so it comes last.
     #[serde(rename = "lastUsedAt", skip_serializing_if = "Option::is_none")]
@@ -298,6 +309,22 @@ struct WireRecord<'a> {
 impl Serialize for Record {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.serialize_wire(s, false)
+    }
+}
+
+/// Keywords on the wire: as strings, or as JSON text when one holds a lone surrogate (which
+/// JavaScript writes as `\udXXX` and serde cannot).
+enum Keywords<'a> {
+    Plain(Cow<'a, [String]>),
+    Raw(Box<serde_json::value::RawValue>),
+}
+
+impl Serialize for Keywords<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Keywords::Plain(k) => k.serialize(s),
+            Keywords::Raw(raw) => raw.serialize(s),
+        }
     }
 }
 
@@ -334,12 +361,37 @@ impl Record {
             ),
             None => None,
         };
+        let keywords = self.wire_keywords();
+        let keywords = if keywords.iter().any(|k| k.contains(crate::json::lone::MARK)) {
+            let mut out = String::from("[");
+            for (i, k) in keywords.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                crate::json::write_string(k, &mut out);
+            }
+            out.push(']');
+            Keywords::Raw(
+                serde_json::value::RawValue::from_string(out).map_err(serde::ser::Error::custom)?,
+            )
+        } else {
+            Keywords::Plain(keywords)
+        };
+        // Emitted only when valid for the record's scope: a client drops a record whose
+        // provenance is malformed. Written as JavaScript writes it (lone surrogates included).
+        let provenance = match &self.provenance {
+            Some(p) if crate::provenance::valid_for(self.scope_key.as_str(), p) => Some(
+                serde_json::value::RawValue::from_string(crate::json::stringify(p))
+                    .map_err(serde::ser::Error::custom)?,
+            ),
+            _ => None,
+        };
         WireRecord {
             id: &self.id,
             scope_key: &self.scope_key,
             kind: self.kind,
             text: &self.text,
-            keywords: self.wire_keywords(),
+            keywords,
             source_thread_key: &self.source_thread_key,
             created_at: self.created_at,
             use_count: self.use_count,
@@ -348,14 +400,7 @@ impl Record {
             last_used_at: if late { None } else { self.last_used_at },
             confidence,
             supersedes: &self.supersedes,
-            // Emitted only when valid for the record's scope: a client drops a record whose
-            // provenance is malformed.
-            provenance: match &self.provenance {
-                Some(p) if crate::provenance::valid_for(self.scope_key.as_str(), p) => {
-                    &self.provenance
-                }
-                _ => &None,
-            },
+            provenance,
             last_used_at_late: if late { self.last_used_at } else { None },
         }
         .serialize(s)
@@ -379,27 +424,31 @@ pub fn content_hash(
     source_thread_key: &str,
     source_run_id: Option<&str>,
 ) -> String {
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Content<'a> {
-        scope_key: &'a str,
-        kind: &'a str,
-        text: &'a str,
-        keywords: &'a [String],
-        source_thread_key: &'a str,
-        source_run_id: Option<&'a str>,
+    // Written by hand as JSON.stringify writes it: a keyword may hold a lone surrogate.
+    let mut json = String::with_capacity(96 + text.len());
+    let field = |json: &mut String, name: &str, value: &str| {
+        json.push_str(name);
+        crate::json::write_string(value, json);
+    };
+    field(&mut json, "{\"scopeKey\":", scope.as_str());
+    field(&mut json, ",\"kind\":", kind.as_str());
+    field(&mut json, ",\"text\":", text);
+    json.push_str(",\"keywords\":[");
+    for (i, k) in keywords.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        crate::json::write_string(k, &mut json);
     }
-    let json = serde_json::to_vec(&Content {
-        scope_key: scope.as_str(),
-        kind: kind.as_str(),
-        text,
-        keywords,
-        source_thread_key,
-        source_run_id,
-    })
-    .unwrap_or_default();
+    json.push(']');
+    field(&mut json, ",\"sourceThreadKey\":", source_thread_key);
+    match source_run_id {
+        Some(run) => field(&mut json, ",\"sourceRunId\":", run),
+        None => json.push_str(",\"sourceRunId\":null"),
+    }
+    json.push('}');
     use sha2::Digest;
-    let digest = sha2::Sha256::digest(&json);
+    let digest = sha2::Sha256::digest(json.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -601,17 +650,24 @@ impl Candidate {
                 return Err(format!("{at}.provenance must be a bounded memory revision"));
             }
         }
+        // The reference stores these as SQLite text, which reads a lone surrogate back as three
+        // U+FFFD; keywords and provenance it stores as JSON, which keeps one (see `json`).
+        let stored = |v: &str| lone::as_stored_text(v).into_owned();
         Ok(ValidCandidate {
             kind,
-            text: self.text.clone(),
+            text: stored(&self.text),
             keywords,
-            source_thread_key: self.source_thread_key.clone(),
+            source_thread_key: stored(&self.source_thread_key),
             // Kept as sent, "" included: the content hash covers it.
-            source_run_id: self.source_run_id.clone(),
+            source_run_id: self.source_run_id.as_deref().map(stored),
             confidence: self.confidence,
             supersedes,
-            supersedes_sent: self.supersedes.clone(),
+            supersedes_sent: self.supersedes.as_deref().map(stored),
             restates,
+            // A text sent with a lone surrogate is stored otherwise than sent, so the reference
+            // never finds it equal to any record: it never dedups, and nothing dedups onto it
+            // through its dedup key.
+            dedup: !lone::has_lone(&self.text),
             provenance: crate::provenance::stored_provenance(
                 scope.as_str(),
                 self.provenance.as_ref(),
@@ -625,7 +681,7 @@ impl Candidate {
 pub struct ValidCandidate {
     /// Fact or summary.
     pub kind: Kind,
-    /// The text, as given.
+    /// The text, as the reference stores it (a lone surrogate as three U+FFFD).
     pub text: String,
     /// Lowercased, deduplicated keywords; empty when the writer gave none.
     pub keywords: Vec<String>,
@@ -642,6 +698,9 @@ pub struct ValidCandidate {
     pub supersedes_sent: Option<String>,
     /// A non-empty id, not yet resolved.
     pub restates: Option<String>,
+    /// Whether the candidate may dedup, and the record it becomes may be found by its dedup
+    /// key: false when its text was sent with a lone surrogate (see `Candidate::validate`).
+    pub dedup: bool,
     /// A valid provenance naming this scope, or none ([`crate::provenance`]).
     pub provenance: Option<serde_json::Value>,
 }
@@ -893,6 +952,7 @@ mod tests {
             confidence: None,
             supersedes: None,
             status: Status::Active,
+            dedup_key: true,
         };
         let json = serde_json::to_string(&r).expect("serializes");
         assert!(!json.contains("null"), "{json}");

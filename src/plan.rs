@@ -42,6 +42,10 @@ pub struct ActiveMeta {
     pub seq: u64,
     /// The record's normalized text (its dedup key).
     pub norm: String,
+    /// Whether a dedup by normalized text can find it: false for a record whose text was sent
+    /// with a lone surrogate, which the reference stores otherwise than it compares. (A
+    /// candidate naming it as its supersede target still compares with its text.)
+    pub dedup_key: bool,
     /// When it was written.
     pub created_at: i64,
     /// When it was last retrieved or restated.
@@ -108,7 +112,7 @@ pub fn needs(
             }
         }
         let norm = normalize(&c.text);
-        if !norms.contains(&norm) {
+        if c.dedup && !norms.contains(&norm) {
             norms.push(norm);
         }
     }
@@ -239,6 +243,7 @@ pub fn plan_write(
         let target = resolve(&state, &c.supersedes);
         let norm = normalize(&c.text);
         let hit = match (&c.supersedes, &target) {
+            _ if !c.dedup => None,
             (None, _) => lowest_active_with_norm(snapshot, &state, &norm),
             (Some(_), Some(t)) => (t.norm == norm).then(|| t.clone()),
             (Some(_), None) => None,
@@ -263,6 +268,7 @@ pub fn plan_write(
         let meta = ActiveMeta {
             seq,
             norm,
+            dedup_key: c.dedup,
             created_at: now,
             last_used_at: None,
             use_count: 0,
@@ -350,10 +356,11 @@ fn lowest_active_with_norm(
         .filter_map(|m| match state.get(&m.seq) {
             Some(t) => (t.status == Status::Active).then(|| t.meta.clone()),
             None => Some(m.clone()),
-        });
+        })
+        .filter(|m| m.dedup_key);
     let made = state
         .values()
-        .filter(|t| t.status == Status::Active && t.meta.norm == norm)
+        .filter(|t| t.status == Status::Active && t.meta.dedup_key && t.meta.norm == norm)
         .map(|t| t.meta.clone());
     stored.chain(made).min_by_key(|m| m.seq)
 }
@@ -371,6 +378,7 @@ mod tests {
         ActiveMeta {
             seq,
             norm: normalize(text),
+            dedup_key: true,
             created_at: created,
             last_used_at: used,
             use_count: 0,

@@ -30,6 +30,8 @@ pub const GITHUB_REPO_MAX: usize = 256;
 pub const MEMORY_SCOPE_MAX: usize = 256;
 /// Unit statuses a dependency record may name.
 pub const UNIT_STATUS_MAX: usize = 256;
+/// GitHub reads admitted through the execution owner a (version 2) dependency record may name.
+pub const EXECUTION_GITHUB_MAX: usize = 256;
 /// The most bytes of a dependency record as JSON.
 pub const DEPENDENCY_MAX_BYTES: usize = 16 * 1024;
 /// Messages one Slack receipt may name.
@@ -37,62 +39,23 @@ pub const SOURCE_READ_MESSAGE_MAX: usize = 50;
 
 /// `JSON.stringify(value)`: compact, keys in their order, numbers as JavaScript prints them.
 pub fn js_stringify(value: &Value) -> String {
-    let mut out = String::new();
-    write_js(value, &mut out);
-    out
-}
-
-fn write_js(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&js_number_of(n)),
-        Value::String(s) => out.push_str(&js_string(s)),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_js(v, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (k, v)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&js_string(k));
-                out.push(':');
-                write_js(v, out);
-            }
-            out.push('}');
-        }
-    }
-}
-
-/// A JSON number as JavaScript holds and prints it (a double).
-fn js_number_of(n: &serde_json::Number) -> String {
-    const SAFE: u64 = (1 << 53) - 1;
-    if let Some(u) = n.as_u64().filter(|u| *u <= SAFE) {
-        return u.to_string();
-    }
-    if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= SAFE) {
-        return i.to_string();
-    }
-    crate::text::js_number(n.as_f64().unwrap_or(f64::NAN))
+    crate::json::stringify(value)
 }
 
 fn js_string(s: &str) -> String {
-    // serde_json escapes exactly what JSON.stringify escapes in a well-formed string.
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+    let mut out = String::with_capacity(s.len() + 2);
+    crate::json::write_string(s, &mut out);
+    out
 }
 
 /// JavaScript's `a < b` on strings: UTF-16 code unit order.
 fn compare_text(a: &str, b: &str) -> Ordering {
-    a.encode_utf16().cmp(b.encode_utf16())
+    let mark = crate::json::lone::MARK;
+    if a.contains(mark) || b.contains(mark) {
+        crate::json::lone::utf16_units(a).cmp(&crate::json::lone::utf16_units(b))
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
+    }
 }
 
 /// Keys sorted by UTF-16 order, recursively; the form two values are compared in.
@@ -419,20 +382,42 @@ fn distinct_by(items: &[Value], key: impl Fn(&Value) -> String) -> bool {
     items.iter().map(key).collect::<HashSet<_>>().len() == items.len()
 }
 
-fn leaves(
-    origins: usize,
-    slack: usize,
-    mcp: usize,
-    repos: usize,
-    scopes: usize,
-    units: usize,
-) -> usize {
-    origins
-        + slack
-        + mcp
-        + usize::from(repos > 0)
-        + usize::from(scopes > 0)
-        + usize::from(units > 0)
+/// A record's leaves: every origin, receipt and read, and one for each non-empty list of
+/// repositories, scopes, unit statuses and GitHub reads.
+fn leaves(c: &Map<String, Value>) -> usize {
+    Group::UNION_ORDER
+        .iter()
+        .map(|g| {
+            let n = array(c, g.key()).len();
+            if g.is_flag() {
+                usize::from(n > 0)
+            } else {
+                n
+            }
+        })
+        .sum()
+}
+
+/// A GitHub read admitted through the execution owner: the run, the call, and the hashes of
+/// its result and of its admission. Exactly these fields.
+fn is_execution_github_reference(value: &Value) -> bool {
+    let Some(r) = value.as_object() else {
+        return false;
+    };
+    r.keys().all(|k| {
+        matches!(
+            k.as_str(),
+            "runId" | "callId" | "resultHash" | "admissionHash"
+        )
+    }) && bounded(r.get("runId"), 256)
+        && bounded(r.get("callId"), 256)
+        && is_hash(r.get("resultHash"))
+        && is_hash(r.get("admissionHash"))
+}
+
+fn execution_key(r: &Value) -> String {
+    let pick = |k: &str| r.get(k).cloned().unwrap_or(Value::Null);
+    js_stringify(&json!([pick("runId"), pick("callId")]))
 }
 
 /// Whether `value` is a well-formed, bounded dependency record.
@@ -460,8 +445,18 @@ pub fn is_context_dependencies(value: &Value) -> bool {
     ) else {
         return false;
     };
-    c.get("version").and_then(Value::as_f64) == Some(1.0)
-        && matches!(status, Some("known" | "unknown" | "revoked"))
+    // Version 1 has no GitHub reads; version 2 may (`null` is not absent).
+    let version = c.get("version").and_then(Value::as_f64);
+    (if version == Some(1.0) {
+        !c.contains_key("executionGithub")
+    } else {
+        version == Some(2.0)
+    }) && optional_list(
+        "executionGithub",
+        EXECUTION_GITHUB_MAX,
+        &is_execution_github_reference,
+        &execution_key,
+    ) && matches!(status, Some("known" | "unknown" | "revoked"))
         && safe_integer(c.get("revision")).is_some_and(|r| r >= 0)
         && origins.iter().all(is_context_origin)
         && optional_list("githubRepos", GITHUB_REPO_MAX, &is_github_repo, &|v| {
@@ -479,14 +474,7 @@ pub fn is_context_dependencies(value: &Value) -> bool {
             &is_unit_status_reference,
             &unit_status_identity,
         )
-        && leaves(
-            origins.len(),
-            slack.len(),
-            mcp.len(),
-            array(c, "githubRepos").len(),
-            array(c, "memoryScopes").len(),
-            array(c, "unitStatuses").len(),
-        ) <= DEPENDENCY_MAX
+        && leaves(c) <= DEPENDENCY_MAX
         && slack.iter().all(is_slack_source_receipt)
         && mcp.iter().all(is_source_read_reference)
         && match c.get("reason") {
@@ -562,7 +550,10 @@ fn normalize(value: &Value) -> Value {
     };
     let mut out = Map::new();
     for (k, v) in obj {
-        if matches!(k.as_str(), "githubRepos" | "memoryScopes" | "unitStatuses") {
+        if matches!(
+            k.as_str(),
+            "executionGithub" | "githubRepos" | "memoryScopes" | "unitStatuses"
+        ) {
             continue;
         }
         out.insert(k.clone(), v.clone());
@@ -581,6 +572,9 @@ fn normalize(value: &Value) -> Value {
     };
     let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
     let same = |v: &Value| v.clone();
+    if let Some(reads) = sorted("executionGithub", &execution_key, &same) {
+        out.insert("executionGithub".into(), reads);
+    }
     if let Some(repos) = sorted("githubRepos", &text, &|v| {
         Value::String(v.as_str().unwrap_or("").to_lowercase())
     }) {
@@ -632,19 +626,94 @@ fn same_content(a: &Value, b: &Value) -> bool {
     zero(a) == zero(b)
 }
 
+/// The lists a dependency record holds, in the order a union grows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Group {
+    Repos,
+    Scopes,
+    Units,
+    Origins,
+    Slack,
+    Mcp,
+    Execution,
+}
+
+impl Group {
+    /// The order of the union's steps: the reference grows each list in turn, and a later list
+    /// can overflow where an earlier one took the room.
+    const UNION_ORDER: [Group; 7] = [
+        Group::Repos,
+        Group::Scopes,
+        Group::Units,
+        Group::Origins,
+        Group::Slack,
+        Group::Mcp,
+        Group::Execution,
+    ];
+
+    fn key(self) -> &'static str {
+        match self {
+            Group::Repos => "githubRepos",
+            Group::Scopes => "memoryScopes",
+            Group::Units => "unitStatuses",
+            Group::Origins => "origins",
+            Group::Slack => "slack",
+            Group::Mcp => "mcp",
+            Group::Execution => "executionGithub",
+        }
+    }
+
+    /// Lists counted one leaf each when non-empty (the others count every item).
+    fn is_flag(self) -> bool {
+        matches!(
+            self,
+            Group::Repos | Group::Scopes | Group::Units | Group::Execution
+        )
+    }
+
+    /// The most items the list may hold on its own, beside the shared leaf cap.
+    fn max(self) -> usize {
+        match self {
+            Group::Repos => GITHUB_REPO_MAX,
+            Group::Scopes => MEMORY_SCOPE_MAX,
+            Group::Units => UNIT_STATUS_MAX,
+            Group::Execution => EXECUTION_GITHUB_MAX,
+            Group::Origins | Group::Slack | Group::Mcp => usize::MAX,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What a union step finds for an item of the incoming side.
+enum Seen {
+    /// Not in the list yet.
+    New,
+    /// Already there, saying the same thing.
+    Same,
+    /// Already there under the same identity, saying something else.
+    Differs,
+    /// Already there; the incoming copy says the same and more (an origin gaining its
+    /// checkpoint), so it takes the place of the one there.
+    Replaces(usize),
+}
+
 /// The state of one union in progress.
 struct Union {
+    version: u8,
     status: &'static str,
     reason: Option<String>,
-    origins: Vec<Value>,
-    slack: Vec<Value>,
-    mcp: Vec<Value>,
-    repos: Vec<Value>,
-    scopes: Vec<Value>,
-    units: Vec<Value>,
+    /// One list per [`Group`], indexed by `Group::index`.
+    lists: [Vec<Value>; 7],
 }
 
 impl Union {
+    fn list(&self, g: Group) -> &[Value] {
+        self.lists.get(g.index()).map_or(&[], Vec::as_slice)
+    }
+
     fn taint(&mut self, reason: &str) {
         if self.status != "revoked" {
             self.status = "unknown";
@@ -652,44 +721,170 @@ impl Union {
         self.reason = Some(reason.to_owned());
     }
 
-    /// The candidate record a leaf is sized in: every list present, revision 0.
-    fn candidate_bytes(&self, replace: &str, list: &[Value]) -> usize {
-        let pick = |name: &str, own: &[Value]| -> Value {
-            Value::Array(if name == replace {
-                list.to_vec()
-            } else {
-                own.to_vec()
+    /// The leaves of the record with `g`'s list replaced by `grown`.
+    fn leaves_with(&self, g: Group, grown: &[Value]) -> usize {
+        Group::UNION_ORDER
+            .iter()
+            .map(|&h| {
+                let n = if h == g {
+                    grown.len()
+                } else {
+                    self.list(h).len()
+                };
+                if h.is_flag() {
+                    usize::from(n > 0)
+                } else {
+                    n
+                }
             })
+            .sum()
+    }
+
+    /// The size of the candidate record a step is checked against: every list present, even an
+    /// empty one, revision 0, `g`'s list replaced by `grown`.
+    fn bytes_with(&self, g: Group, grown: &[Value]) -> usize {
+        let mut candidate = Map::new();
+        candidate.insert("version".into(), json!(self.version));
+        candidate.insert("status".into(), json!(self.status));
+        candidate.insert("revision".into(), json!(0));
+        for h in Group::UNION_ORDER {
+            let list = if h == g { grown } else { self.list(h) };
+            candidate.insert(h.key().into(), Value::Array(list.to_vec()));
+        }
+        bytes(&Value::Object(candidate))
+    }
+
+    /// Whether `item` of `g` is already in the union, and how it compares.
+    fn seen(&self, g: Group, item: &Value) -> Seen {
+        let same_or_differs = |identity: &dyn Fn(&Value) -> String| {
+            let id = identity(item);
+            match self.list(g).iter().find(|r| identity(r) == id) {
+                None => Seen::New,
+                Some(existing) if canonical(existing) == canonical(item) => Seen::Same,
+                Some(_) => Seen::Differs,
+            }
         };
-        bytes(&json!({
-            "version": 1,
-            "status": self.status,
-            "revision": 0,
-            "origins": pick("origins", &self.origins),
-            "slack": pick("slack", &self.slack),
-            "mcp": pick("mcp", &self.mcp),
-            "githubRepos": pick("githubRepos", &self.repos),
-            "memoryScopes": pick("memoryScopes", &self.scopes),
-            "unitStatuses": pick("unitStatuses", &self.units),
-        }))
+        match g {
+            Group::Repos | Group::Scopes => {
+                if self.list(g).contains(item) {
+                    Seen::Same
+                } else {
+                    Seen::New
+                }
+            }
+            Group::Slack => {
+                let c = canonical(item);
+                if self.list(g).iter().any(|r| canonical(r) == c) {
+                    Seen::Same
+                } else {
+                    Seen::New
+                }
+            }
+            Group::Units => same_or_differs(&unit_status_identity),
+            Group::Mcp => same_or_differs(&mcp_key),
+            Group::Execution => same_or_differs(&execution_key),
+            Group::Origins => self.seen_origin(item),
+        }
     }
 
-    fn too_big(&self, replace: &str, list: &[Value], counts: [usize; 6]) -> bool {
-        leaves(
-            counts[0], counts[1], counts[2], counts[3], counts[4], counts[5],
-        ) > DEPENDENCY_MAX
-            || self.candidate_bytes(replace, list) > DEPENDENCY_MAX_BYTES - 128
+    /// Two origins of one run agree when they differ at most by one side lacking the
+    /// checkpoint; the one with the checkpoint is kept.
+    fn seen_origin(&self, origin: &Value) -> Seen {
+        let run = origin.get("runId");
+        let Some(pos) = self
+            .list(Group::Origins)
+            .iter()
+            .position(|o| o.get("runId") == run)
+        else {
+            return Seen::New;
+        };
+        let existing = self.list(Group::Origins).get(pos).unwrap_or(&Value::Null);
+        let without = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("checkpoint");
+            }
+            canonical(&v)
+        };
+        let checkpoint = |v: &Value| {
+            v.get("checkpoint")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let (old, new) = (checkpoint(existing), checkpoint(origin));
+        if without(existing) == without(origin) && (old.is_none() || new.is_none() || old == new) {
+            if new.is_some() && old.is_none() {
+                return Seen::Replaces(pos);
+            }
+            return Seen::Same;
+        }
+        if canonical(existing) == canonical(origin) {
+            Seen::Same
+        } else {
+            Seen::Differs
+        }
     }
 
-    fn counts(&self) -> [usize; 6] {
-        [
-            self.origins.len(),
-            self.slack.len(),
-            self.mcp.len(),
-            self.repos.len(),
-            self.scopes.len(),
-            self.units.len(),
-        ]
+    /// One step of the union: `item` joins `g` unless it is there already; a conflict is an
+    /// equivocation, and an item that does not fit (the list's own bound, the leaf cap, the
+    /// byte budget) is an overflow. Either way the union goes on with the next item.
+    fn add(&mut self, g: Group, item: Value) {
+        match self.seen(g, &item) {
+            Seen::Same => {}
+            Seen::Differs => self.taint("equivocation"),
+            Seen::Replaces(pos) => {
+                if let Some(slot) = self.lists.get_mut(g.index()).and_then(|l| l.get_mut(pos)) {
+                    *slot = item;
+                }
+            }
+            Seen::New => {
+                let mut grown = self.list(g).to_vec();
+                grown.push(item.clone());
+                if g == Group::Slack && conflicting_evidence(&grown, self.list(Group::Mcp)) {
+                    self.taint("equivocation");
+                    return;
+                }
+                if grown.len() > g.max()
+                    || self.leaves_with(g, &grown) > DEPENDENCY_MAX
+                    || self.bytes_with(g, &grown) > DEPENDENCY_MAX_BYTES - 128
+                {
+                    self.taint("overflow");
+                    return;
+                }
+                if let Some(list) = self.lists.get_mut(g.index()) {
+                    list.push(item);
+                }
+            }
+        }
+    }
+
+    /// The union as a record in the reference's normal form (revision still to be decided).
+    fn into_record(self, revision: i64) -> Value {
+        let mut merged = Map::new();
+        merged.insert("version".into(), json!(self.version));
+        merged.insert("status".into(), json!(self.status));
+        merged.insert("revision".into(), json!(revision));
+        let [repos, scopes, units, origins, slack, mcp, execution] = self.lists;
+        merged.insert("origins".into(), Value::Array(origins));
+        merged.insert("slack".into(), Value::Array(slack));
+        merged.insert("mcp".into(), Value::Array(mcp));
+        for (g, list) in [
+            (Group::Execution, execution),
+            (Group::Repos, repos),
+            (Group::Scopes, scopes),
+            (Group::Units, units),
+        ] {
+            if !list.is_empty() {
+                merged.insert(g.key().into(), Value::Array(list));
+            }
+        }
+        if self.status != "known" {
+            if let Some(r) = self.reason {
+                merged.insert("reason".into(), json!(r));
+            }
+        }
+        normalize(&Value::Object(merged))
     }
 }
 
@@ -708,10 +903,18 @@ fn list_of(v: &Value, key: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+fn version_of(v: &Value) -> u8 {
+    if v.get("version").and_then(Value::as_f64) == Some(2.0) {
+        2
+    } else {
+        1
+    }
+}
+
 /// The union of dependency records, in order: unknown and revoked inputs stay tainted, an
 /// overflow keeps the leaves already present and names the gap, and a conflict between two
 /// inputs is an `equivocation`. No input (or an absent one) counts as unknown (`legacy`), an
-/// invalid one as unknown (`invalid`).
+/// invalid one as unknown (`invalid`). The union is version 2 when any input is.
 pub fn merge_context_dependencies(values: &[Option<&Value>]) -> Value {
     if values.is_empty() {
         return unknown_dependencies("legacy");
@@ -727,236 +930,95 @@ pub fn merge_context_dependencies(values: &[Option<&Value>]) -> Value {
             result = Some(normalize(&next));
             continue;
         };
-        let (ps, ns) = (status_of(&previous), status_of(&next));
-        let status = if ps == "revoked" || ns == "revoked" {
-            "revoked"
-        } else if ps == "unknown" || ns == "unknown" {
-            "unknown"
-        } else {
-            "known"
-        };
-        let reason = previous
+        result = Some(union_of(&previous, &next));
+    }
+    trim_to_budget(result.unwrap_or_else(|| unknown_dependencies("legacy")))
+}
+
+/// One union of two normalized records.
+fn union_of(previous: &Value, next: &Value) -> Value {
+    let (ps, ns) = (status_of(previous), status_of(next));
+    let status = if ps == "revoked" || ns == "revoked" {
+        "revoked"
+    } else if ps == "unknown" || ns == "unknown" {
+        "unknown"
+    } else {
+        "known"
+    };
+    let mut u = Union {
+        version: version_of(previous).max(version_of(next)),
+        status,
+        reason: previous
             .get("reason")
             .or_else(|| next.get("reason"))
             .and_then(Value::as_str)
-            .map(str::to_owned);
-        let mut u = Union {
-            status,
-            reason,
-            origins: list_of(&previous, "origins"),
-            slack: list_of(&previous, "slack"),
-            mcp: list_of(&previous, "mcp"),
-            repos: list_of(&previous, "githubRepos"),
-            scopes: list_of(&previous, "memoryScopes"),
-            units: list_of(&previous, "unitStatuses"),
-        };
-        for (field, max) in [
-            ("githubRepos", GITHUB_REPO_MAX),
-            ("memoryScopes", MEMORY_SCOPE_MAX),
-        ] {
-            for key in list_of(&next, field) {
-                let current = if field == "githubRepos" {
-                    &u.repos
-                } else {
-                    &u.scopes
-                };
-                if current.contains(&key) {
-                    continue;
-                }
-                let mut grown = current.clone();
-                grown.push(key.clone());
-                let mut counts = u.counts();
-                counts[if field == "githubRepos" { 3 } else { 4 }] = grown.len();
-                if grown.len() > max || u.too_big(field, &grown, counts) {
-                    u.taint("overflow");
-                    continue;
-                }
-                if field == "githubRepos" {
-                    u.repos.push(key);
-                } else {
-                    u.scopes.push(key);
-                }
-            }
+            .map(str::to_owned),
+        lists: Group::UNION_ORDER.map(|g| list_of(previous, g.key())),
+    };
+    for g in Group::UNION_ORDER {
+        for item in list_of(next, g.key()) {
+            u.add(g, item);
         }
-        for reference in list_of(&next, "unitStatuses") {
-            let id = unit_status_identity(&reference);
-            if let Some(existing) = u.units.iter().find(|r| unit_status_identity(r) == id) {
-                if canonical(existing) != canonical(&reference) {
-                    u.taint("equivocation");
-                }
-                continue;
-            }
-            let mut grown = u.units.clone();
-            grown.push(reference.clone());
-            let mut counts = u.counts();
-            counts[5] = 1;
-            if grown.len() > UNIT_STATUS_MAX || u.too_big("unitStatuses", &grown, counts) {
-                u.taint("overflow");
-                continue;
-            }
-            u.units.push(reference);
-        }
-        for origin in list_of(&next, "origins") {
-            let run = origin.get("runId").cloned();
-            if let Some(pos) = u
-                .origins
-                .iter()
-                .position(|o| o.get("runId").cloned() == run)
-            {
-                let existing = u.origins.get(pos).cloned().unwrap_or(Value::Null);
-                let without = |v: &Value| {
-                    let mut v = v.clone();
-                    if let Some(o) = v.as_object_mut() {
-                        o.remove("checkpoint");
-                    }
-                    canonical(&v)
-                };
-                let old_cp = existing
-                    .get("checkpoint")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty());
-                let new_cp = origin
-                    .get("checkpoint")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty());
-                if without(&existing) == without(&origin)
-                    && (old_cp.is_none() || new_cp.is_none() || old_cp == new_cp)
-                {
-                    if new_cp.is_some() && old_cp.is_none() {
-                        if let Some(slot) = u.origins.get_mut(pos) {
-                            *slot = origin;
-                        }
-                    }
-                    continue;
-                }
-                if canonical(&existing) != canonical(&origin) {
-                    u.taint("equivocation");
-                }
-                continue;
-            }
-            let mut grown = u.origins.clone();
-            grown.push(origin.clone());
-            let mut counts = u.counts();
-            counts[0] = grown.len();
-            if u.too_big("origins", &grown, counts) {
-                u.taint("overflow");
-                continue;
-            }
-            u.origins.push(origin);
-        }
-        for receipt in list_of(&next, "slack") {
-            let c = canonical(&receipt);
-            if u.slack.iter().any(|r| canonical(r) == c) {
-                continue;
-            }
-            let mut grown = u.slack.clone();
-            grown.push(receipt.clone());
-            if conflicting_evidence(&grown, &u.mcp) {
-                u.taint("equivocation");
-                continue;
-            }
-            let mut counts = u.counts();
-            counts[1] = grown.len();
-            if u.too_big("slack", &grown, counts) {
-                u.taint("overflow");
-                continue;
-            }
-            u.slack.push(receipt);
-        }
-        for reference in list_of(&next, "mcp") {
-            let key = mcp_key(&reference);
-            if let Some(existing) = u.mcp.iter().find(|r| mcp_key(r) == key) {
-                if canonical(existing) != canonical(&reference) {
-                    u.taint("equivocation");
-                }
-                continue;
-            }
-            let mut grown = u.mcp.clone();
-            grown.push(reference.clone());
-            let mut counts = u.counts();
-            counts[2] = grown.len();
-            if u.too_big("mcp", &grown, counts) {
-                u.taint("overflow");
-                continue;
-            }
-            u.mcp.push(reference);
-        }
-        let revision = safe_integer(previous.get("revision"))
-            .unwrap_or(0)
-            .max(safe_integer(next.get("revision")).unwrap_or(0));
-        let mut merged = Map::new();
-        merged.insert("version".into(), json!(1));
-        merged.insert("status".into(), json!(u.status));
-        merged.insert("revision".into(), json!(revision));
-        merged.insert("origins".into(), Value::Array(u.origins));
-        merged.insert("slack".into(), Value::Array(u.slack));
-        merged.insert("mcp".into(), Value::Array(u.mcp));
-        for (key, list) in [
-            ("githubRepos", u.repos),
-            ("memoryScopes", u.scopes),
-            ("unitStatuses", u.units),
-        ] {
-            if !list.is_empty() {
-                merged.insert(key.into(), Value::Array(list));
-            }
-        }
-        if u.status != "known" {
-            if let Some(r) = u.reason {
-                merged.insert("reason".into(), json!(r));
-            }
-        }
-        let merged = normalize(&Value::Object(merged));
-        let with_revision = |mut v: Value, r: i64| {
-            if let Some(o) = v.as_object_mut() {
-                o.insert("revision".into(), json!(r));
-            }
-            v
-        };
-        let next_revision = safe_integer(next.get("revision")).unwrap_or(0);
-        let previous_revision = safe_integer(previous.get("revision")).unwrap_or(0);
-        result = Some(if same_content(&previous, &merged) {
-            with_revision(merged, revision)
-        } else if same_content(&next, &merged) && next_revision > previous_revision {
-            merged
-        } else if revision < 9_007_199_254_740_991 {
-            with_revision(merged, revision + 1)
-        } else {
-            let mut v = merged;
-            if let Some(o) = v.as_object_mut() {
-                if status_of(&Value::Object(o.clone())) != "revoked" {
-                    o.insert("status".into(), json!("unknown"));
-                }
-                o.insert("reason".into(), json!("overflow"));
-            }
-            v
-        });
     }
-    let mut result = result.unwrap_or_else(|| unknown_dependencies("legacy"));
-    if bytes(&result) > DEPENDENCY_MAX_BYTES {
-        if let Some(o) = result.as_object_mut() {
-            let revoked = o.get("status").and_then(Value::as_str) == Some("revoked");
-            o.insert(
-                "status".into(),
-                json!(if revoked { "revoked" } else { "unknown" }),
-            );
+    let previous_revision = safe_integer(previous.get("revision")).unwrap_or(0);
+    let next_revision = safe_integer(next.get("revision")).unwrap_or(0);
+    let revision = previous_revision.max(next_revision);
+    let merged = u.into_record(revision);
+    let with_revision = |mut v: Value, r: i64| {
+        if let Some(o) = v.as_object_mut() {
+            o.insert("revision".into(), json!(r));
+        }
+        v
+    };
+    if same_content(previous, &merged) {
+        with_revision(merged, revision)
+    } else if same_content(next, &merged) && next_revision > previous_revision {
+        merged
+    } else if revision < 9_007_199_254_740_991 {
+        with_revision(merged, revision + 1)
+    } else {
+        let mut v = merged;
+        let revoked = status_of(&v) == "revoked";
+        if let Some(o) = v.as_object_mut() {
+            if !revoked {
+                o.insert("status".into(), json!("unknown"));
+            }
             o.insert("reason".into(), json!("overflow"));
         }
-        for key in [
-            "unitStatuses",
-            "memoryScopes",
-            "githubRepos",
-            "mcp",
-            "slack",
-            "origins",
-        ] {
-            while bytes(&result) > DEPENDENCY_MAX_BYTES {
-                let popped = result
-                    .get_mut(key)
-                    .and_then(Value::as_array_mut)
-                    .and_then(Vec::pop);
-                if popped.is_none() {
-                    break;
-                }
+        v
+    }
+}
+
+/// A union over the byte budget is tainted `overflow` and loses its last items, from the
+/// least to the most fundamental list, until it fits.
+fn trim_to_budget(mut result: Value) -> Value {
+    if bytes(&result) <= DEPENDENCY_MAX_BYTES {
+        return result;
+    }
+    let revoked = status_of(&result) == "revoked";
+    if let Some(o) = result.as_object_mut() {
+        o.insert(
+            "status".into(),
+            json!(if revoked { "revoked" } else { "unknown" }),
+        );
+        o.insert("reason".into(), json!("overflow"));
+    }
+    for g in [
+        Group::Execution,
+        Group::Units,
+        Group::Scopes,
+        Group::Repos,
+        Group::Mcp,
+        Group::Slack,
+        Group::Origins,
+    ] {
+        while bytes(&result) > DEPENDENCY_MAX_BYTES {
+            let popped = result
+                .get_mut(g.key())
+                .and_then(Value::as_array_mut)
+                .and_then(Vec::pop);
+            if popped.is_none() {
+                break;
             }
         }
     }

@@ -101,7 +101,12 @@ pub fn estimate_tokens(text: &str) -> usize {
 
 /// The length of `text` in UTF-16 code units, the unit every wire limit is counted in.
 pub fn utf16_len(text: &str) -> usize {
-    text.chars().map(char::len_utf16).sum()
+    if text.contains(crate::json::lone::MARK) {
+        // A lone surrogate carried from a JavaScript client is one unit there.
+        crate::json::lone::utf16_len(text)
+    } else {
+        text.chars().map(char::len_utf16).sum()
+    }
 }
 
 fn is_control(c: char) -> bool {

@@ -117,6 +117,7 @@ pub fn records(rng: &mut Rng, scope: &ScopeKey, active: usize, retired: usize) -
                 confidence: Some(0.8),
                 supersedes: None,
                 status,
+                dedup_key: true,
             }
         })
         .collect()
@@ -187,6 +188,7 @@ fn row_to_record(scope: &ScopeKey, row: &rusqlite::Row<'_>) -> rusqlite::Result<
             "evicted" => Status::Evicted,
             _ => Status::Swept,
         },
+        dedup_key: true,
     })
 }
 
@@ -334,6 +336,7 @@ impl SqliteScope {
                 confidence: Some(0.8),
                 supersedes: None,
                 status: Status::Active,
+                dedup_key: true,
             };
             insert_row(&tx, &r);
         }

@@ -148,19 +148,31 @@ pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
         v["ok"] = json!(health.is_ok());
         emit(&mut o, &v.to_string())?;
     } else {
+        let verdict = if health.is_ok() {
+            "consistent"
+        } else if !health.unreadable.is_empty() {
+            "DAMAGED (run lessons doctor --salvage NEW_DIR)"
+        } else if health.damage.is_some() || !health.lost.is_empty() {
+            "ACKNOWLEDGED RECORDS LOST (run lessons doctor --salvage NEW_DIR, or --repair to continue in place)"
+        } else {
+            "INCONSISTENT (run lessons doctor --repair)"
+        };
         emit(
             &mut o,
             &format!(
-                "{} active records, {} indexed documents: {}",
-                health.active_records,
-                health.indexed_documents,
-                if health.is_ok() {
-                    "consistent"
-                } else {
-                    "INCONSISTENT (run lessons doctor --repair)"
-                }
+                "{} active records, {} indexed documents: {verdict}",
+                health.active_records, health.indexed_documents
             ),
         )?;
+        if let Some(d) = &health.damage {
+            emit(&mut o, &format!("damage: {d}"))?;
+        }
+        for what in &health.unreadable {
+            emit(&mut o, &format!("unreadable: {what}"))?;
+        }
+        for id in &health.lost {
+            emit(&mut o, &format!("lost: {id}"))?;
+        }
         for id in &health.missing_from_index {
             emit(&mut o, &format!("missing from the index: {id}"))?;
         }
@@ -187,14 +199,26 @@ fn salvage(cli: &Cli, to: &Path) -> Result<Outcome, Failure> {
         emit(
             &mut o,
             &format!(
-                "salvaged {} records into {} ({} read through the tables, {} record versions from whole journal batches, {} unreadable)",
+                "salvaged {} records and {} decision-journal entries into {} ({} read through the tables, {} record versions from whole journal batches, {} unreadable, {} damaged journal batches)",
                 report.copied,
+                report.decisions,
                 to.display(),
                 report.from_tables,
                 report.from_journal,
-                report.unreadable
+                report.unreadable,
+                report.damaged_batches
             ),
         )?;
+        if !report.lost.is_empty() {
+            emit(
+                &mut o,
+                &format!(
+                    "{} acknowledged record(s) could not be read and are lost; their ids are never handed out again: {}",
+                    report.lost.len(),
+                    report.lost.join(", ")
+                ),
+            )?;
+        }
         for j in &report.damaged_journals {
             emit(&mut o, &format!("damaged journal: {j}"))?;
         }

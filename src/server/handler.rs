@@ -208,7 +208,7 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
             )
         }
     };
-    let Some(value) = super::body::decode(&bytes) else {
+    let Some(value) = crate::json::decode(&bytes) else {
         return (
             error(StatusCode::BAD_REQUEST, "body must be valid JSON"),
             None,

@@ -14,7 +14,6 @@
 #![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
 
 mod auth;
-pub(crate) mod body;
 mod conn;
 mod handler;
 mod metrics;
@@ -258,6 +257,11 @@ impl Background {
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
     }
 }
 

@@ -12,7 +12,8 @@
 //! | `scopes` | scope | next seq, active count |
 //! | `counters` | day, scope | day counters |
 //! | `outbox` | operation | ids whose index entry must be refreshed |
-//! | `meta` | name | format version |
+//! | `meta` | `format` | format version |
+//! | `meta` | `last batch` | the number of the last batch committed (every batch sets it) |
 //!
 //! `!seq` (bitwise not) makes a forward prefix scan of (scope, kind) newest first: the window
 //! read reads exactly the records it returns.
@@ -26,8 +27,14 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::model::{Kind, Record, ScopeKey, Status};
 
-/// The version byte in front of every value.
+/// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
+pub const LAST_BATCH: &str = "last batch";
+
+/// The version byte in front of every value but a record.
 pub const FORMAT_VERSION: u8 = 1;
+/// The version byte in front of a record written by this build (version 1 records, without
+/// `dedup_key`, still read).
+pub const RECORD_VERSION: u8 = 2;
 
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     let mut out = vec![FORMAT_VERSION];
@@ -203,11 +210,19 @@ fn status_from(b: u8) -> Result<Status> {
     })
 }
 
-/// A record as stored: explicit byte tags, provenance as JSON text (postcard cannot carry a
-/// self-describing JSON value). Encoding borrows the record's fields; decoding borrows only the
-/// scope, which a read usually already holds.
+/// A record as stored (version 2): explicit byte tags, provenance as JSON text (postcard cannot
+/// carry a self-describing JSON value), then whether it has a dedup key. Encoding borrows the
+/// record's fields; decoding borrows only the scope, which a read usually already holds.
 #[derive(Serialize, Deserialize)]
 struct StoredRecord<'a> {
+    #[serde(borrow)]
+    base: StoredRecordV1<'a>,
+    dedup_key: bool,
+}
+
+/// A record as version 1 stored it: every record had a dedup key.
+#[derive(Serialize, Deserialize)]
+struct StoredRecordV1<'a> {
     #[serde(borrow)]
     scope: &'a str,
     seq: u64,
@@ -233,28 +248,50 @@ pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
         ),
         None => None,
     };
-    encode(&StoredRecord {
-        scope: r.scope_key.as_str(),
-        seq,
-        kind: kind_byte(r.kind),
-        status: status_byte(r.status),
-        text: Cow::Borrowed(&r.text),
-        keywords: Cow::Borrowed(&r.keywords),
-        source_thread_key: Cow::Borrowed(&r.source_thread_key),
-        source_run_id: r.source_run_id.as_deref().map(Cow::Borrowed),
-        provenance,
-        created_at: r.created_at,
-        last_used_at: r.last_used_at,
-        use_count: r.use_count,
-        confidence: r.confidence,
-        supersedes: r.supersedes.as_deref().map(Cow::Borrowed),
-    })
+    let stored = StoredRecord {
+        base: StoredRecordV1 {
+            scope: r.scope_key.as_str(),
+            seq,
+            kind: kind_byte(r.kind),
+            status: status_byte(r.status),
+            text: Cow::Borrowed(&r.text),
+            keywords: Cow::Borrowed(&r.keywords),
+            source_thread_key: Cow::Borrowed(&r.source_thread_key),
+            source_run_id: r.source_run_id.as_deref().map(Cow::Borrowed),
+            provenance,
+            created_at: r.created_at,
+            last_used_at: r.last_used_at,
+            use_count: r.use_count,
+            confidence: r.confidence,
+            supersedes: r.supersedes.as_deref().map(Cow::Borrowed),
+        },
+        dedup_key: r.dedup_key,
+    };
+    let mut out = vec![RECORD_VERSION];
+    out.extend_from_slice(
+        &postcard::to_stdvec(&stored)
+            .map_err(|e| Error::format(format!("encoding a record: {e}")))?,
+    );
+    Ok(out)
 }
 
 /// Decodes a stored record. `known`: the scope the caller read it from, whose key is then shared
 /// instead of copied (checked, not trusted).
 pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
-    let s: StoredRecord<'_> = decode(bytes, "a record")?;
+    let (s, dedup_key) = match bytes.split_first() {
+        Some((&RECORD_VERSION, body)) => {
+            let s: StoredRecord<'_> = postcard::from_bytes(body)
+                .map_err(|e| Error::format(format!("a record does not decode: {e}")))?;
+            (s.base, s.dedup_key)
+        }
+        Some((&1, _)) => (decode::<StoredRecordV1<'_>>(bytes, "a record")?, true),
+        Some((v, _)) => {
+            return Err(Error::format(format!(
+                "a record has format version {v}; this build reads versions 1 and {RECORD_VERSION} (upgrade lessons)"
+            )))
+        }
+        None => return Err(Error::format("a record is empty")),
+    };
     let scope = match known {
         Some(k) if k.as_str() == s.scope => k.clone(),
         // Validated when it was written; parsing it again would cost a scan per record read.
@@ -287,6 +324,7 @@ pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
         confidence: s.confidence,
         supersedes: s.supersedes.map(Cow::into_owned),
         status: status_from(s.status)?,
+        dedup_key,
     })
 }
 

@@ -64,6 +64,9 @@ pub struct Scan {
     pub batches: Vec<Batch>,
     /// Set when fjall would discard whole batches or refuse the file.
     pub damage: Option<Damage>,
+    /// Stretches of damaged bytes between whole batches (each lost at least one batch); a
+    /// torn last batch, a crash mid-append, is not one.
+    pub unreadable_batches: u64,
 }
 
 /// The journals of a fjall database directory, oldest first: (id, path).
@@ -113,6 +116,9 @@ fn scan_bytes(bytes: &[u8], keep_later: bool) -> Scan {
                 let mut checksum_only = failure.reason == CHECKSUM;
                 // Look for whole batches beyond the failure. Only a `Start` tag can begin one.
                 let mut at = pos + 1;
+                // Damaged stretches: each one ends where a whole batch starts again.
+                let mut gaps = 0u64;
+                let mut in_gap = true;
                 while at < bytes.len() {
                     let Some(off) = bytes
                         .get(at..)
@@ -121,14 +127,20 @@ fn scan_bytes(bytes: &[u8], keep_later: bool) -> Scan {
                         break;
                     };
                     let candidate = at + off;
+                    in_gap |= off > 0;
                     match parse_batch(bytes, candidate) {
                         Ok((batch, next)) => {
                             later.push(batch);
                             at = next;
+                            if in_gap {
+                                gaps += 1;
+                                in_gap = false;
+                            }
                         }
                         Err(e) => {
                             checksum_only |= e.reason == CHECKSUM && e.whole;
                             at = candidate + 1;
+                            in_gap = true;
                         }
                     }
                 }
@@ -137,6 +149,7 @@ fn scan_bytes(bytes: &[u8], keep_later: bool) -> Scan {
                 return Scan {
                     path: PathBuf::new(),
                     batches,
+                    unreadable_batches: if damaged { gaps.max(1) } else { 0 },
                     damage: damaged.then(|| Damage {
                         at: pos as u64,
                         reason: failure.reason,
@@ -275,7 +288,9 @@ fn parse_batch(bytes: &[u8], pos: usize) -> Result<(Batch, usize), Failure> {
 }
 
 /// Refuses a records directory whose journals fjall would silently cut, or whose journal is
-/// missing. `store` names the store in the message.
+/// missing (even after a clean close, which leaves every record in tables: without a journal
+/// fjall opens with a sequence number below its tables' items, so snapshots miss them and new
+/// writes sort under old ones). `store` names the store in the message.
 pub fn check_before_open(store: &Path, records: &Path) -> Result<()> {
     finish_interrupted_creation(store, records)?;
     if !records.join("version").exists() {

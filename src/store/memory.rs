@@ -130,9 +130,12 @@ impl MemoryStore for InMemoryStore {
             let target = active_index(records, scope, &c.supersedes);
             let norm = normalize(&c.text);
             let hit = match (&c.supersedes, target) {
+                _ if !c.dedup => None,
                 (None, _) => records
                     .values()
-                    .find(|r| r.status == Status::Active && normalize(&r.text) == norm)
+                    .find(|r| {
+                        r.status == Status::Active && r.dedup_key && normalize(&r.text) == norm
+                    })
                     .and_then(|r| r.seq()),
                 (Some(_), Some(t)) => records
                     .get(&t)
@@ -179,6 +182,7 @@ impl MemoryStore for InMemoryStore {
                     // As sent, whether or not it resolved: the reference keeps the pointer.
                     supersedes: c.supersedes_sent.clone(),
                     status: Status::Active,
+                    dedup_key: c.dedup,
                 },
             );
             counts.inserted += 1;

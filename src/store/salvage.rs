@@ -9,9 +9,14 @@
 //! tables themselves do not open (a damaged footer), the journals are all that is read.
 //! Where two versions of a record disagree, the later state wins: retired over active, then the
 //! higher use count, then the later use. The destination gets them through `import`, which
-//! derives every scope's bookkeeping, dedup keys and keyword index from the records.
+//! derives every scope's bookkeeping, dedup keys and keyword index from the records. The
+//! decision journal is read the same way and carried over.
+//!
+//! What cannot be read is reported, not guessed: the batches whose bytes are damaged, and the
+//! ids the store had acknowledged (known to its keyword index or its decision journal) that no
+//! readable copy holds. The new store never hands those ids out again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use fjall::{Database, KeyspaceCreateOptions};
@@ -19,8 +24,9 @@ use fjall::{Database, KeyspaceCreateOptions};
 use super::codec;
 use super::journal::{self, VALUE_TYPE_VALUE};
 use super::{EmbeddedStore, MemoryStore};
+use crate::decisions::Decision;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Record, Status};
+use crate::model::{parse_record_id, Record, Status};
 
 /// What a salvage found and copied.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -39,8 +45,15 @@ pub struct SalvageReport {
     pub journal_missing: bool,
     /// Values that could not be read or decoded, or records that failed validation.
     pub unreadable: u64,
+    /// Journal batches whose bytes are damaged: every record version in them is lost.
+    pub damaged_batches: u64,
+    /// Ids the store had acknowledged (its keyword index or its decision journal knows them)
+    /// that no readable copy holds: lost. The new store never hands them out again.
+    pub lost: Vec<String>,
     /// Records written into the new store.
     pub copied: u64,
+    /// Decision-journal entries written into the new store.
+    pub decisions: u64,
 }
 
 /// Copies every readable record of the store at `from` into a new store at `to`, which must
@@ -90,6 +103,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     for (_, path) in &journals {
         let scan = journal::scan_file(path, true)?;
         from_journal.extend(scan.batches);
+        report.damaged_batches += scan.unreadable_batches;
         if let Some(d) = scan.damage {
             report.damaged_journals.push(
                 records
@@ -108,7 +122,8 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     }
 
     let mut found: BTreeMap<String, Record> = BTreeMap::new();
-    if let Err(e) = read_copy(&work_records, &mut found, &mut report) {
+    let mut decisions: BTreeMap<Vec<u8>, Decision> = BTreeMap::new();
+    if let Err(e) = read_copy(&work_records, &mut found, &mut decisions, &mut report) {
         // The tables do not open: the journals are all that can be read.
         report.tables_error = Some(e.to_string());
     }
@@ -117,6 +132,10 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     for batch in from_journal {
         for item in batch.items {
             if item.value_type != VALUE_TYPE_VALUE || codec::trailing_seq(&item.key).is_none() {
+                continue;
+            }
+            if let Some(d) = as_decision(&item.key, &item.value) {
+                decisions.insert(item.key, d);
                 continue;
             }
             // Only record values decode as records; other keyspaces' values fail the check.
@@ -131,6 +150,16 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
         }
     }
 
+    // The ids the store acknowledged: what its index and its decision journal name.
+    let mut known: BTreeSet<String> = indexed_ids(&from.join("index"), &work.join("index"));
+    for d in decisions.values() {
+        known.extend(d.ids.iter().cloned());
+    }
+    report.lost = known
+        .into_iter()
+        .filter(|id| !found.contains_key(id) && parse_record_id(id).is_some())
+        .collect();
+
     let dest = EmbeddedStore::open(to)?;
     let mut valid = Vec::with_capacity(found.len());
     for r in found.into_values() {
@@ -143,16 +172,55 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     for chunk in valid.chunks(1000) {
         report.copied += dest.import(chunk)?.imported;
     }
+    let mut reserve: BTreeMap<crate::model::ScopeKey, u64> = BTreeMap::new();
+    for id in &report.lost {
+        if let Some((scope, seq)) = parse_record_id(id) {
+            let next = reserve.entry(scope).or_default();
+            *next = (*next).max(seq + 1);
+        }
+    }
+    for (scope, next) in &reserve {
+        dest.reserve_ids(scope, *next)?;
+    }
+    let entries: Vec<Decision> = decisions.into_values().collect();
+    for chunk in entries.chunks(1000) {
+        report.decisions += dest.import_decisions(chunk)?;
+    }
+    report.unreadable += report.lost.len() as u64;
     dest.close()?;
     std::fs::remove_dir_all(&work)
         .map_err(|e| Error::io(format!("removing {}", work.display()), e))?;
     Ok(report)
 }
 
-/// Reads every record fjall can read from the work copy, counting what it cannot.
+/// A journal item that is a decision-journal entry: its key is scope, NUL, the inverted time
+/// and counter, and its value decodes as an entry of that scope and time.
+fn as_decision(key: &[u8], value: &[u8]) -> Option<Decision> {
+    let scope = codec::scope_bytes(key)?;
+    if key.len() != scope.len() + 1 + 16 {
+        return None;
+    }
+    let d = codec::decode_decision(value).ok()?;
+    (d.scope_key.as_str().as_bytes() == scope && codec::decision_time(key) == Some(d.time))
+        .then_some(d)
+}
+
+/// The ids in the store's keyword index, read from a copy (opening an index writes to it).
+fn indexed_ids(index: &Path, work: &Path) -> BTreeSet<String> {
+    if !index.is_dir() || copy_dir(index, work).is_err() {
+        return BTreeSet::new();
+    }
+    match crate::index::KeywordIndex::open(work) {
+        Ok(opened) => opened.index.ids().unwrap_or_default().into_iter().collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// Reads every record and decision fjall can read from the work copy, counting what it cannot.
 fn read_copy(
     records: &Path,
     found: &mut BTreeMap<String, Record>,
+    decisions: &mut BTreeMap<Vec<u8>, Decision>,
     report: &mut SalvageReport,
 ) -> Result<()> {
     let db = Database::builder(records)
@@ -188,6 +256,27 @@ fn read_copy(
                     if failures > 1000 {
                         break;
                     }
+                }
+            }
+        }
+    }
+    let ks = db
+        .keyspace("decisions", KeyspaceCreateOptions::default)
+        .map_err(|e| Error::storage("opening keyspace decisions", e))?;
+    let mut failures = 0;
+    for g in ks.iter() {
+        match g.into_inner() {
+            Ok((k, v)) => match codec::decode_decision(&v) {
+                Ok(d) => {
+                    decisions.insert(k.to_vec(), d);
+                }
+                Err(_) => report.unreadable += 1,
+            },
+            Err(_) => {
+                report.unreadable += 1;
+                failures += 1;
+                if failures > 1000 {
+                    break;
                 }
             }
         }

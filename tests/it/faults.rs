@@ -96,7 +96,9 @@ fn a_garbled_journal_is_refused_untouched_and_salvaged() {
         let store = EmbeddedStore::open(dir.path()).expect("open");
         write_facts(&store, &s, 0, 200);
         let r = all_records(&store);
-        store.close().expect("close");
+        // A crash, so the journal is the records' only copy (a clean close would have moved
+        // them into tables).
+        store.close_as_crash();
         r
     };
     let journal = journal_of(dir.path());
@@ -401,4 +403,305 @@ fn a_missing_version_marker_on_a_store_with_records_is_refused_and_salvaged() {
     let to = dir.path().join("salvaged");
     let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
     assert_eq!(report.copied, 12, "{report:?}");
+}
+
+/// Writes `writes` batches of `per` facts each (one journal batch per write).
+fn write_batches(store: &EmbeddedStore, s: &ScopeKey, writes: usize, per: usize) {
+    for w in 0..writes {
+        let batch: Vec<Candidate> = (0..per)
+            .map(|i| {
+                fact(&format!(
+                    "lesson {w}-{i}: warm the cache of module {w}{i} first"
+                ))
+            })
+            .collect();
+        let counts = store
+            .write(s, &batch, &WriteOptions::default())
+            .expect("write");
+        assert_eq!(counts.inserted as usize, per);
+    }
+}
+
+/// Cuts the journal to `keep(length of its data)` bytes (a journal may be preallocated past
+/// its data with zeros).
+fn cut_journal(dir: &Path, keep: impl Fn(usize) -> usize) {
+    let journal = journal_of(dir);
+    let bytes = std::fs::read(&journal).expect("journal");
+    let len = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .expect("open the journal");
+    f.set_len(keep(len) as u64).expect("cut");
+}
+
+/// The id the next insert gets (each call writes a new text, so it never dedups).
+fn next_id(store: &EmbeddedStore, s: &ScopeKey) -> String {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let counts = store
+        .write(
+            s,
+            &[fact(&format!("lesson {n} written after the damage"))],
+            &WriteOptions::default(),
+        )
+        .expect("write");
+    assert_eq!(counts.inserted, 1);
+    store.list(s, &lessons::ListQuery::newest(1)).expect("list")[0]
+        .id
+        .clone()
+}
+
+#[test]
+fn a_journal_cut_after_a_clean_close_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    // Four processes, each writing ten records and closing cleanly, as four CLI writes do.
+    for w in 0..4 {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        let batch: Vec<Candidate> = (0..10)
+            .map(|i| {
+                fact(&format!(
+                    "lesson {w}-{i}: pin the toolchain of crate {w}{i}"
+                ))
+            })
+            .collect();
+        store
+            .write(&s, &batch, &WriteOptions::default())
+            .expect("write");
+        store.close().expect("close");
+    }
+    cut_journal(dir.path(), |len| len / 2);
+    let store = EmbeddedStore::open(dir.path()).expect("a clean close left the records in tables");
+    assert_eq!(all_records(&store).len(), 40);
+    assert!(store.check().expect("doctor").is_ok());
+    assert_eq!(next_id(&store, &s), "mem:repo:a/b:40");
+}
+
+#[test]
+fn a_journal_cut_after_a_crash_refuses_writes_and_never_hands_out_a_lost_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_batches(&store, &s, 4, 10);
+        // The index commits (as the indexer does every second), then the process dies.
+        store.flush().expect("flush");
+        store.close_as_crash();
+    }
+    cut_journal(dir.path(), |len| len / 2);
+
+    let store = EmbeddedStore::open(dir.path()).expect("a damaged store still opens for reading");
+    let kept = all_records(&store).len();
+    assert!(
+        kept < 40,
+        "the cut journal held the only copy of some records"
+    );
+    let err = store
+        .write(&s, &[fact("one more lesson")], &WriteOptions::default())
+        .expect_err("a write to a store that lost acknowledged records is refused");
+    assert_eq!(err.kind(), ErrorKind::Damaged, "{err}");
+    assert!(err.message().contains("doctor --salvage"), "{err}");
+    assert!(
+        store.forget(&s, "mem:repo:a/b:0").is_err(),
+        "every write is refused"
+    );
+    let health = store.check().expect("doctor");
+    assert!(!health.is_ok());
+    assert!(health.damage.is_some());
+    assert_eq!(
+        health.lost.len(),
+        (40 - kept).min(20),
+        "doctor names the lost ids: {health:?}"
+    );
+    assert!(health.lost.contains(&"mem:repo:a/b:39".to_owned()));
+    drop(store);
+
+    // Salvage copies what is left and reserves the lost ids.
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert_eq!(report.copied as usize, kept, "{report:?}");
+    assert_eq!(report.lost.len(), 40 - kept, "{report:?}");
+    assert!(report.unreadable >= report.lost.len() as u64);
+    let salvaged = EmbeddedStore::open(&to).expect("open the salvaged store");
+    assert_eq!(next_id(&salvaged, &s), "mem:repo:a/b:40");
+    assert!(salvaged.check().expect("doctor").is_ok());
+    drop(salvaged);
+
+    // Or the loss is accepted in place.
+    let store = EmbeddedStore::open(dir.path()).expect("reopen");
+    let health = store.repair().expect("repair accepts the loss");
+    assert!(health.is_ok(), "{health:?}");
+    assert_eq!(next_id(&store, &s), "mem:repo:a/b:40");
+    store.close().expect("close");
+    let store = EmbeddedStore::open(dir.path()).expect("reopen after the repair");
+    assert!(store.check().expect("doctor").is_ok());
+    assert_eq!(next_id(&store, &s), "mem:repo:a/b:41");
+}
+
+#[test]
+fn cutting_the_last_batch_after_a_crash_is_caught_by_the_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_batches(&store, &s, 4, 10);
+        store.flush().expect("flush");
+        store.close_as_crash();
+    }
+    cut_journal(dir.path(), |len| len - 2_000);
+    let store = EmbeddedStore::open(dir.path()).expect("opens for reading");
+    let health = store.check().expect("doctor");
+    assert!(health.damage.is_some(), "{health:?}");
+    assert!(!health.lost.is_empty(), "{health:?}");
+    assert!(store
+        .write(&s, &[fact("after the cut")], &WriteOptions::default())
+        .is_err());
+}
+
+#[test]
+fn a_clean_close_leaves_the_records_in_tables_so_a_deleted_journal_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_batches(&store, &s, 20, 20);
+        store.close().expect("close");
+    }
+    std::fs::remove_file(journal_of(dir.path())).expect("delete the journal");
+    assert!(
+        EmbeddedStore::open(dir.path()).is_err(),
+        "still refused in place"
+    );
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert_eq!(report.copied, 400, "{report:?}");
+    assert!(report.lost.is_empty(), "{report:?}");
+    assert!(
+        report.decisions >= 400,
+        "the decision journal comes along: {report:?}"
+    );
+    let salvaged = EmbeddedStore::open(&to).expect("open");
+    assert_eq!(next_id(&salvaged, &s), "mem:repo:a/b:400");
+}
+
+#[test]
+fn salvage_counts_a_damaged_batch_and_reserves_the_ids_it_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_batches(&store, &s, 20, 20);
+        store.flush().expect("flush");
+        store.close_as_crash();
+    }
+    let journal = journal_of(dir.path());
+    let mut bytes = std::fs::read(&journal).expect("journal");
+    // Inside the text of a record of the last batches, about 2,000 bytes before the end.
+    let end = bytes
+        .windows(11)
+        .rposition(|w| w == b"lesson 19-0")
+        .expect("the last batch is in the journal");
+    let at = bytes[..end]
+        .windows(7)
+        .rposition(|w| w == b"lesson ")
+        .expect("an earlier record");
+    bytes[at + 3] ^= 0x20;
+    std::fs::write(&journal, &bytes).expect("flip");
+
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert_eq!(report.damaged_batches, 1, "{report:?}");
+    assert_eq!(report.copied + report.lost.len() as u64, 400, "{report:?}");
+    assert_eq!(report.lost.len(), 20, "one batch of 20 records: {report:?}");
+    assert!(report.unreadable >= 20, "{report:?}");
+    assert!(report.decisions > 0, "{report:?}");
+    let salvaged = EmbeddedStore::open(&to).expect("open");
+    assert_eq!(next_id(&salvaged, &s), "mem:repo:a/b:400");
+}
+
+#[test]
+fn damage_to_the_decision_journal_is_found_by_doctor_and_refuses_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        let options = WriteOptions {
+            rejected: vec![lessons::decisions::RejectedFact {
+                text: "journal-only marker: PR 12 was merged".into(),
+                markers: vec!["reference".into()],
+            }],
+            ..WriteOptions::default()
+        };
+        store
+            .write(&s, &[fact("a lesson beside the rejected fact")], &options)
+            .expect("write");
+        store.close().expect("close");
+    }
+    let mut flipped = 0;
+    for ks in std::fs::read_dir(dir.path().join("records/keyspaces")).expect("keyspaces") {
+        let Ok(tables) = std::fs::read_dir(ks.expect("entry").path().join("tables")) else {
+            continue;
+        };
+        for t in tables {
+            let p = t.expect("entry").path();
+            let mut bytes = std::fs::read(&p).expect("table");
+            if let Some(at) = bytes.windows(20).position(|w| w == b"journal-only marker:") {
+                bytes[at] ^= 0x01;
+                std::fs::write(&p, &bytes).expect("flip");
+                flipped += 1;
+            }
+        }
+    }
+    assert_eq!(flipped, 1, "the decision journal was flushed to one table");
+    let store = EmbeddedStore::open(dir.path()).expect("the records still open");
+    let health = store.check().expect("doctor runs");
+    assert!(!health.is_ok(), "{health:?}");
+    assert!(
+        health
+            .unreadable
+            .iter()
+            .any(|u| u.contains("decision journal")),
+        "{health:?}"
+    );
+    let err = store
+        .write(&s, &[fact("another lesson")], &WriteOptions::default())
+        .expect_err("a damaged store refuses writes");
+    assert_eq!(err.kind(), ErrorKind::Damaged);
+    drop(store);
+    let store = EmbeddedStore::open(dir.path()).expect("reopen");
+    assert!(
+        store
+            .write(&s, &[fact("another lesson")], &WriteOptions::default())
+            .is_err(),
+        "a later process refuses writes too"
+    );
+    drop(store);
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert_eq!(report.copied, 1, "{report:?}");
+}
+
+#[test]
+fn open_and_close_leave_no_temporary_files_in_the_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    for i in 0..60 {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        store
+            .write(
+                &s,
+                &[fact(&format!("lesson {i}: keep the cache warm"))],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+        store.close().expect("close");
+    }
+    let orphans: Vec<String> = std::fs::read_dir(dir.path().join("index"))
+        .expect("index")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp"))
+        .collect();
+    assert!(orphans.is_empty(), "{orphans:?}");
 }

@@ -16,5 +16,6 @@ mod server;
 mod server_faults;
 mod store;
 mod text;
+mod transcript;
 mod util;
 mod webdriver;

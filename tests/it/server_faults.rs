@@ -361,6 +361,7 @@ fn big_record(scope: &str, seq: u64) -> Record {
         confidence: Some(1.0),
         supersedes: None,
         status: Status::Active,
+        dedup_key: true,
     }
 }
 

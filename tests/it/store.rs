@@ -22,6 +22,9 @@ impl FakeClock {
     pub fn advance(&self, ms: i64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }
+    pub fn set(&self, ms: i64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
     pub fn clock(&self) -> Clock {
         let t = Arc::clone(&self.0);
         Arc::new(move || t.load(Ordering::SeqCst))

@@ -44,10 +44,28 @@ impl Shared {
         }
     }
 
+    /// Commits `batch` numbered: the next batch number goes into the batch itself (`meta`,
+    /// `last batch`), so the records always say which batch was the last to survive (see
+    /// `evidence`). Numbers follow the journal's order: they are taken and committed under one
+    /// lock.
+    pub(super) fn commit_batch(&self, mut batch: OwnedWriteBatch) -> fjall::Result<()> {
+        let mut last = self.batches.lock();
+        let number = *last + 1;
+        batch.insert(&self.ks.meta, codec::LAST_BATCH, number.to_be_bytes());
+        batch.commit()?;
+        *last = number;
+        Ok(())
+    }
+
+    /// The number of the last batch committed.
+    pub(super) fn last_batch(&self) -> u64 {
+        *self.batches.lock()
+    }
+
     /// Appends `batch` to the journal (visible to readers at once) and returns the ticket to
     /// wait on before acknowledging it.
     pub(super) fn append(&self, batch: OwnedWriteBatch) -> Result<Ticket> {
-        batch.commit().map_err(st("committing a write"))?;
+        self.commit_batch(batch).map_err(st("committing a write"))?;
         if !self.sync_writes {
             return Ok(Ticket(None));
         }

@@ -108,7 +108,8 @@ impl Shared {
                 }
             }
             // Not fsynced: a prune lost to a crash is redone on the scope's next write.
-            batch.commit().map_err(st("pruning the decision journal"))?;
+            self.commit_batch(batch)
+                .map_err(st("pruning the decision journal"))?;
         }
         Ok(())
     }

@@ -26,6 +26,16 @@ pub struct Health {
     pub problems: Vec<String>,
     /// Whether an index operation failed since open.
     pub index_degraded: bool,
+    /// Why the store refuses writes, if it does: acknowledged writes it can prove lost, or
+    /// data that does not read. `--repair` cannot fix unreadable data; `--salvage` copies
+    /// what reads into a new store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
+    /// Records the keyword index knows that the records no longer hold: acknowledged and lost
+    /// (first 20). Their ids are never handed out again.
+    pub lost: Vec<String>,
+    /// Values that do not read or decode, by keyspace (first 20).
+    pub unreadable: Vec<String>,
 }
 
 impl Health {
@@ -35,6 +45,9 @@ impl Health {
             && self.missing_from_index.is_empty()
             && self.problems.is_empty()
             && !self.index_degraded
+            && self.damage.is_none()
+            && self.lost.is_empty()
+            && self.unreadable.is_empty()
     }
 }
 
@@ -47,6 +60,9 @@ impl Shared {
             let v = g.value().map_err(st("reading records"))?;
             let r = codec::decode_record(&v, None)?;
             let Some(seq) = r.seq() else { continue };
+            if !r.dedup_key {
+                continue;
+            }
             let key = codec::norm_key(&r.scope_key, &normalize(&r.text), seq);
             if snapshot
                 .get(&self.ks.norms, &key)
@@ -68,7 +84,9 @@ impl Shared {
                 continue;
             };
             let holds = match self.load_active(&scope, seq)? {
-                Some(r) => codec::norm_key(&scope, &normalize(&r.text), seq) == k.as_ref(),
+                Some(r) => {
+                    r.dedup_key && codec::norm_key(&scope, &normalize(&r.text), seq) == k.as_ref()
+                }
                 None => false,
             };
             if !holds {
@@ -113,8 +131,10 @@ impl Shared {
                         // The key's hash is unknown here: remove every key of this seq that
                         // does not match the record's text.
                         let wanted = match self.load_active(&scope, *seq)? {
-                            Some(r) => Some(codec::norm_key(&scope, &normalize(&r.text), *seq)),
-                            None => None,
+                            Some(r) if r.dedup_key => {
+                                Some(codec::norm_key(&scope, &normalize(&r.text), *seq))
+                            }
+                            _ => None,
                         };
                         for g in self.ks.norms.prefix(codec::scope_key_prefix(&scope)) {
                             let k = g.key().map_err(st("reading the dedup index"))?;
@@ -144,6 +164,26 @@ impl Shared {
             indexed_documents: self.index.num_docs(),
             ..Health::default()
         };
+        // Every value of every keyspace is read and decoded: damage anywhere (the decision
+        // journal included) is found here, not by the export that needs it later.
+        health.unreadable = self.unreadable_values();
+        if !health.unreadable.is_empty() {
+            let what = format!("{} does not read", health.unreadable.join("; "));
+            super::evidence::write_marker(&self.dir, &what)?;
+            *self.damage.lock() = Some(super::evidence::Damage::Unreadable(what));
+            health.damage = self.damage.lock().as_ref().map(|d| d.describe(&self.dir));
+            return Ok(health);
+        }
+        if matches!(
+            &*self.damage.lock(),
+            Some(super::evidence::Damage::Unreadable(_))
+        ) {
+            // What an earlier check found unreadable reads now (a file was restored).
+            super::evidence::clear_marker(&self.dir)?;
+            *self.damage.lock() = None;
+        }
+        health.damage = self.damage.lock().as_ref().map(|d| d.describe(&self.dir));
+        health.lost = self.lost_ids(20)?;
         let mut per_scope: HashMap<ScopeKey, u64> = HashMap::new();
         let snapshot = self.db.snapshot();
         for g in snapshot.iter(&self.ks.active) {
@@ -210,6 +250,119 @@ impl Shared {
             );
         }
         Ok(health)
+    }
+}
+
+/// Decodes one value of a keyspace, or says why it does not.
+type Decoder = dyn Fn(&[u8]) -> Result<()>;
+
+impl Shared {
+    /// Reads and decodes every value of every keyspace; names each keyspace where one fails.
+    fn unreadable_values(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let snapshot = self.db.snapshot();
+        let record = |v: &[u8]| codec::decode_record(v, None).map(drop);
+        let decision = |v: &[u8]| codec::decode_decision(v).map(drop);
+        let meta = |v: &[u8]| codec::decode::<ScopeMeta>(v, "a scope's bookkeeping").map(drop);
+        let day =
+            |v: &[u8]| codec::decode::<super::super::DayCounters>(v, "a day's counters").map(drop);
+        let outbox = |v: &[u8]| codec::decode::<Vec<String>>(v, "an outbox entry").map(drop);
+        let any = |_: &[u8]| Ok(());
+        let checks: [(&str, &fjall::Keyspace, &Decoder); 8] = [
+            ("records (active)", &self.ks.active, &record),
+            ("records (retired)", &self.ks.retired, &record),
+            ("the dedup keys", &self.ks.norms, &any),
+            ("the scopes' bookkeeping", &self.ks.scopes, &meta),
+            ("the day counters", &self.ks.counters, &day),
+            ("the index outbox", &self.ks.outbox, &outbox),
+            ("the store's metadata", &self.ks.meta, &any),
+            ("the decision journal", &self.ks.decisions, &decision),
+        ];
+        for (name, ks, decode) in checks {
+            let mut failures = 0u64;
+            let mut first: Option<String> = None;
+            for g in snapshot.iter(ks) {
+                let failed = match g.into_inner() {
+                    Ok((_, v)) => decode(&v).err().map(|e| e.to_string()),
+                    Err(e) => Some(crate::error::describe_fjall(&e)),
+                };
+                if let Some(reason) = failed {
+                    failures += 1;
+                    first.get_or_insert(reason);
+                    // An iterator that keeps failing is stuck on one bad block.
+                    if failures > 1000 {
+                        break;
+                    }
+                }
+            }
+            if let Some(reason) = first {
+                push_first(
+                    &mut out,
+                    format!("{name}: {failures} value(s), first: {reason}"),
+                );
+            }
+        }
+        out
+    }
+
+    /// Ids the keyword index holds that no record of the store has (at most `limit`).
+    pub(super) fn lost_ids(&self, limit: usize) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for id in self.index.ids()? {
+            let held = match crate::model::parse_record_id(&id) {
+                Some((scope, seq)) => self.load_any(&scope, seq)?.is_some(),
+                None => false,
+            };
+            if !held {
+                out.push(id);
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Accepts a proven loss: every scope's next id moves past the ids the index knows, the
+    /// batch numbers past every witness, and the index is rebuilt from the records that are
+    /// left. Refused for unreadable data, which only `salvage` reads around.
+    pub(super) fn accept_loss(&self) -> Result<Vec<String>> {
+        let witnessed = match &*self.damage.lock() {
+            None => return Ok(Vec::new()),
+            Some(super::evidence::Damage::Lost { witnessed, .. }) => *witnessed,
+            Some(d @ super::evidence::Damage::Unreadable(_)) => return Err(d.refusal(&self.dir)),
+        };
+        let lost = self.lost_ids(usize::MAX)?;
+        let mut next: HashMap<ScopeKey, u64> = HashMap::new();
+        for id in &lost {
+            if let Some((scope, seq)) = crate::model::parse_record_id(id) {
+                let n = next.entry(scope).or_default();
+                *n = (*n).max(seq + 1);
+            }
+        }
+        {
+            let mut batches = self.batches.lock();
+            *batches = (*batches).max(witnessed);
+        }
+        let mut batch = self.db.batch();
+        for (scope, n) in &next {
+            let stored = self.stored_meta(scope)?.unwrap_or_default();
+            if stored.next_seq < *n {
+                let meta = ScopeMeta {
+                    next_seq: *n,
+                    ..stored
+                };
+                batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+            }
+        }
+        let ticket = self.append(batch)?;
+        self.wait_durable(ticket)?;
+        *self.damage.lock() = None;
+        log::warn!(
+            "[store] accepted the loss of {} acknowledged record(s); their ids are never handed out again",
+            lost.len()
+        );
+        Ok(lost)
     }
 }
 

@@ -10,7 +10,7 @@ use super::super::codec::{self, ScopeMeta};
 use super::{st, Shared};
 use crate::error::{Error, Result};
 use crate::fts::FtsDoc;
-use crate::index::IndexOp;
+use crate::index::{IndexOp, Mark};
 use crate::model::{parse_record_id, ScopeKey};
 
 /// Index operations between their outbox entry and the tantivy commit that covers them.
@@ -105,12 +105,13 @@ impl Shared {
             self.index_degraded.store(true, Ordering::SeqCst);
             return Err(e);
         }
-        self.index.commit(watermark)?;
+        self.index.commit(self.durable_mark(watermark)?)?;
         let mut batch = self.db.batch();
         for op in &covered {
             batch.remove(&self.ks.outbox, op.to_be_bytes());
         }
-        batch.commit().map_err(st("trimming the index outbox"))?;
+        self.commit_batch(batch)
+            .map_err(st("trimming the index outbox"))?;
         let mut ops = self.ops.lock();
         for op in covered {
             ops.pending.remove(&op);
@@ -118,9 +119,29 @@ impl Shared {
         Ok(())
     }
 
+    /// The payload of an index commit covering `op`: the journal is made durable first, so the
+    /// index never holds a record whose batch could still be lost, and the commit records how
+    /// far the durable journal reached (the witness `evidence` checks at open).
+    fn durable_mark(&self, op: u64) -> Result<Mark> {
+        // Read before the sync: a batch takes its number while it is appended, so every batch
+        // up to this one is in the journal when the sync starts.
+        let batch = self.last_batch();
+        self.db
+            .persist(fjall::PersistMode::SyncData)
+            .map_err(st("syncing the journal before an index commit"))?;
+        Ok(Mark {
+            op,
+            batch: Some(batch),
+        })
+    }
+
     // ---- recovery and doctor ----
 
-    pub(super) fn recover(&self, watermark: Option<u64>) -> Result<()> {
+    /// Brings the index up to date with the records at open. A store that lost writes keeps
+    /// its index untouched: the index is the evidence of which ids were lost.
+    pub(super) fn recover(&self, watermark: Option<Mark>) -> Result<()> {
+        let damaged = self.damage.lock().is_some();
+        let watermark = watermark.map(|m| m.op);
         let mut entries: Vec<(u64, Vec<String>)> = Vec::new();
         for g in self.ks.outbox.iter() {
             let (k, v) = g.into_inner().map_err(st("reading the index outbox"))?;
@@ -131,6 +152,9 @@ impl Shared {
         let last = entries.last().map(|(op, _)| *op);
         let top = last.unwrap_or(0).max(watermark.unwrap_or(0));
         self.ops.lock().next = top + 1;
+        if damaged {
+            return Ok(());
+        }
         match watermark {
             None => self.rebuild_index_at(top)?,
             Some(w) => {
@@ -146,13 +170,14 @@ impl Shared {
                     self.index.stage(&replay)?;
                 }
                 if !replay.is_empty() || last.is_some() {
-                    self.index.commit(top)?;
+                    self.index.commit(self.durable_mark(top)?)?;
                 }
                 let mut batch = self.db.batch();
                 for (op, _) in &entries {
                     batch.remove(&self.ks.outbox, op.to_be_bytes());
                 }
-                batch.commit().map_err(st("trimming the index outbox"))?;
+                self.commit_batch(batch)
+                    .map_err(st("trimming the index outbox"))?;
                 if self.index.num_docs() != self.active_total()? {
                     self.rebuild_index_at(top)?;
                 }
@@ -190,11 +215,12 @@ impl Shared {
     }
 
     pub(super) fn rebuild_index_at(&self, watermark: u64) -> Result<()> {
+        let mark = self.durable_mark(watermark)?;
         let snapshot = self.db.snapshot();
         let docs = snapshot.iter(&self.ks.active).map(|g| {
             let v = g.value().map_err(st("reading records"))?;
             codec::decode_record(&v, None).map(|r| Self::upsert_op(&r))
         });
-        self.index.rebuild(docs, watermark)
+        self.index.rebuild(docs, mark)
     }
 }

@@ -22,6 +22,7 @@ mod builder;
 mod commit;
 mod decisions;
 mod doctor;
+mod evidence;
 mod indexer;
 mod ops;
 mod records;
@@ -76,6 +77,21 @@ struct Keyspaces {
     decisions: Keyspace,
 }
 
+impl Keyspaces {
+    fn all(&self) -> [&Keyspace; 8] {
+        [
+            &self.active,
+            &self.retired,
+            &self.norms,
+            &self.scopes,
+            &self.counters,
+            &self.outbox,
+            &self.meta,
+            &self.decisions,
+        ]
+    }
+}
+
 struct Shared {
     /// An exclusive `flock` on the store directory, held for the store's life: a directory
     /// cannot be deleted and recreated under a running owner the way a lock file can.
@@ -105,6 +121,11 @@ struct Shared {
     /// Set when staging or committing the index failed; the outbox keeps the gap for the next
     /// open and `doctor` reports it.
     index_degraded: AtomicBool,
+    /// Set when the store can prove it lost acknowledged writes, or holds data that does not
+    /// read: every write is refused with what happened and what to do (see `evidence`).
+    damage: Mutex<Option<evidence::Damage>>,
+    /// The number of the last batch committed (see `commit_batch`).
+    batches: Mutex<u64>,
     /// Acknowledge a write only after its batch is fsynced.
     sync_writes: bool,
     sync: Mutex<SyncState>,
@@ -151,6 +172,16 @@ fn locked(dir: &Path) -> Error {
     )
 }
 
+impl Shared {
+    /// Refuses a write to a store that lost acknowledged writes or holds unreadable data.
+    fn refuse_if_damaged(&self) -> Result<()> {
+        match &*self.damage.lock() {
+            Some(d) => Err(d.refusal(&self.dir)),
+            None => Ok(()),
+        }
+    }
+}
+
 fn st(doing: &str) -> impl FnOnce(fjall::Error) -> Error + '_ {
     move |e| Error::storage(doing, e)
 }
@@ -184,6 +215,7 @@ impl EmbeddedStore {
                 Error::io(format!("recreating {}", records.join("lock").display()), e)
             })?;
         }
+        let clean_close = evidence::read_clean_close(dir)?;
         super::journal::check_before_open(dir, &records)?;
         let db = match Database::builder(&records)
             // Uncompressed, so `journal` can verify and salvage it without a decompressor.
@@ -233,6 +265,25 @@ impl EmbeddedStore {
                 .map_err(st("writing the format version"))?,
         }
         let opened = KeywordIndex::open(&dir.join("index"))?;
+        let last_batch = match ks
+            .meta
+            .get(codec::LAST_BATCH)
+            .map_err(st("reading the last batch"))?
+        {
+            Some(v) => u64::from_be_bytes(
+                v.as_ref()
+                    .try_into()
+                    .map_err(|_| Error::format("the store's last batch number is not 8 bytes"))?,
+            ),
+            None => 0,
+        };
+        let damage = match evidence::read_marker(dir)? {
+            Some(d) => Some(d),
+            None => lost_writes(last_batch, opened.watermark, clean_close),
+        };
+        if let Some(d) = &damage {
+            log::error!("[store] {}", d.describe(dir));
+        }
         let shared = Arc::new(Shared {
             _dir_lock: dir_lock,
             dir: dir.to_owned(),
@@ -250,6 +301,8 @@ impl EmbeddedStore {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             index_degraded: AtomicBool::new(false),
+            damage: Mutex::new(damage),
+            batches: Mutex::new(last_batch),
             sync_writes: b.durability == Durability::Sync,
             sync: Mutex::new(SyncState::default()),
             synced: Condvar::new(),
@@ -299,29 +352,82 @@ impl EmbeddedStore {
     }
 
     /// Rewrites the scopes' bookkeeping and dedup keys from the records, then rebuilds the
-    /// keyword index from them.
+    /// keyword index from them. A store that lost acknowledged writes (its journal was cut)
+    /// accepts the loss: each scope's next id moves past every id the index knew, so none is
+    /// handed out again. Data that does not read is refused: only a salvage reads around it.
     pub fn repair(&self) -> Result<Health> {
+        self.shared.accept_loss()?;
         self.shared.repair_bookkeeping()?;
         self.shared.rebuild_index()?;
         self.shared.index_degraded.store(false, Ordering::SeqCst);
         self.shared.check()
     }
 
-    /// Stops the indexer, commits the index and persists the records. Only a failure to
-    /// persist the records is an error: every write was acknowledged after its own batch was
-    /// durable, and an index commit that fails (a full disk) is logged and redone from the
-    /// outbox at the next open, so it must not make a caller report an applied write as failed.
+    /// Stops the indexer, commits the index, moves the records from memory into tables and
+    /// persists them, then records the clean close. Only a failure to persist the records is an
+    /// error: every write was acknowledged after its own batch was durable, and an index commit
+    /// that fails (a full disk) is logged and redone from the outbox at the next open, so it
+    /// must not make a caller report an applied write as failed.
     pub fn close(mut self) -> Result<()> {
+        self.close_inner()
+    }
+
+    /// Makes `scope`'s next id at least `next_seq`, so ids acknowledged for records that were
+    /// lost are never handed out again (salvage).
+    pub(crate) fn reserve_ids(&self, scope: &ScopeKey, next_seq: u64) -> Result<()> {
+        let s = &*self.shared;
+        let lock = s.scope_lock(scope);
+        let _guard = lock.lock();
+        let meta = s.scope_meta(scope)?;
+        if meta.next_seq >= next_seq {
+            return Ok(());
+        }
+        let mut batch = s.db.batch();
+        batch.insert(
+            &s.ks.scopes,
+            scope.as_str(),
+            codec::encode(&codec::ScopeMeta { next_seq, ..meta })?,
+        );
+        let ticket = s.append(batch)?;
+        s.wait_durable(ticket)
+    }
+
+    /// Drops the store the way a killed process leaves it: the journal holds every batch, but
+    /// nothing is moved into tables and no clean close is recorded. For fault tests, which
+    /// cannot kill their own process.
+    #[doc(hidden)]
+    pub fn close_as_crash(mut self) {
         self.stop_indexer();
-        if let Err(e) = self.shared.commit_index() {
+    }
+
+    fn close_inner(&mut self) -> Result<()> {
+        self.stop_indexer();
+        let s = &*self.shared;
+        if let Err(e) = s.commit_index() {
             log::warn!(
                 "[store] the keyword index was not committed ({e}); the next open brings it up to date from the records"
             );
         }
-        self.shared
-            .db
-            .persist(PersistMode::SyncAll)
-            .map_err(st("persisting the journal"))
+        if let Err(e) = s.index.finish() {
+            log::warn!("[store] {e}");
+        }
+        // Records still only in memtables live only in the journal, which every open replays
+        // and which is the only copy if the journal is lost. Flushed to tables, a clean store
+        // opens without replaying them and survives the loss of its journal.
+        for ks in s.ks.all() {
+            if let Err(e) = ks.rotate_memtable_and_wait() {
+                log::warn!(
+                    "[store] records were left in the journal at close: {}",
+                    crate::error::describe_fjall(&e)
+                );
+            }
+        }
+        s.db.persist(PersistMode::SyncAll)
+            .map_err(st("persisting the journal"))?;
+        if let Err(e) = evidence::write_clean_close(&s.dir, s.last_batch()) {
+            log::warn!("[store] the clean close was not recorded: {e}");
+        }
+        Ok(())
     }
 
     fn stop_indexer(&mut self) {
@@ -338,7 +444,30 @@ impl EmbeddedStore {
 
 impl Drop for EmbeddedStore {
     fn drop(&mut self) {
-        self.stop_indexer();
-        let _ = self.flush();
+        if self.indexer.is_some() {
+            let _ = self.close_inner();
+        }
     }
+}
+
+/// The damage a reopened store can prove: its records end at a batch before the last one a
+/// witness saw (see `evidence`).
+fn lost_writes(
+    recovered: u64,
+    index: Option<crate::index::Mark>,
+    clean_close: Option<u64>,
+) -> Option<evidence::Damage> {
+    let from_index = index
+        .and_then(|m| m.batch)
+        .map(|s| (s, "the keyword index"));
+    let from_close = clean_close.map(|s| (s, "the last clean close"));
+    let (witnessed, witness) = [from_index, from_close]
+        .into_iter()
+        .flatten()
+        .max_by_key(|(s, _)| *s)?;
+    (recovered < witnessed).then_some(evidence::Damage::Lost {
+        recovered,
+        witnessed,
+        witness,
+    })
 }

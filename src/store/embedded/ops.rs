@@ -35,6 +35,7 @@ impl MemoryStore for EmbeddedStore {
         if valid.is_empty() && options.tally.is_none() {
             return Ok(WriteCounts::default());
         }
+        s.refuse_if_damaged()?;
         let lock = s.scope_lock(scope);
         let guard = lock.lock();
         let now = (s.clock)();
@@ -201,6 +202,16 @@ impl MemoryStore for EmbeddedStore {
         if ranked.is_empty() {
             return Ok(Vec::new());
         }
+        if s.damage.lock().is_some() {
+            // A damaged store answers reads but records nothing, usage included.
+            return Ok(ranked
+                .into_iter()
+                .map(|record| crate::model::Retrieved {
+                    first_use: record.last_used_at.is_none(),
+                    record,
+                })
+                .collect());
+        }
         // Bump under the scope lock, re-reading each record: a write may have changed it.
         let lock = s.scope_lock(scope);
         let _guard = lock.lock();
@@ -223,7 +234,7 @@ impl MemoryStore for EmbeddedStore {
         }
         // A read must answer even when its bump cannot be written (a full disk): the bump is
         // bookkeeping, the records are the answer. The failure is logged, not returned.
-        match tx.batch.commit() {
+        match s.commit_batch(tx.batch) {
             Ok(()) => s.apply_lru(scope, tx.lru),
             Err(e) => {
                 log::warn!(
@@ -254,6 +265,7 @@ impl MemoryStore for EmbeddedStore {
         if &sc != scope {
             return Ok(false);
         }
+        s.refuse_if_damaged()?;
         let lock = s.scope_lock(scope);
         let guard = lock.lock();
         let Some(old) = s.load_active(scope, seq)? else {
@@ -302,6 +314,7 @@ impl MemoryStore for EmbeddedStore {
         if dry_run || marked.is_empty() {
             return Ok(receipt);
         }
+        s.refuse_if_damaged()?;
         let now = (s.clock)();
         let mut meta = s.scope_meta(scope)?;
         let mut tx = s.tx();
@@ -362,6 +375,7 @@ impl MemoryStore for EmbeddedStore {
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
         let (groups, repeats) = super::super::group_import(records)?;
         let s = &*self.shared;
+        s.refuse_if_damaged()?;
         let mut report = ImportReport {
             skipped: repeats,
             ..ImportReport::default()
@@ -414,6 +428,7 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {
+        self.shared.refuse_if_damaged()?;
         self.shared.import_decisions(entries)
     }
 
@@ -555,6 +570,7 @@ impl Shared {
                 // As sent, whether or not it resolved: the reference keeps the pointer.
                 supersedes: c.supersedes_sent.clone(),
                 status: touched.status,
+                dedup_key: c.dedup,
             };
             // The bookkeeping was checked against the records, so this cannot fire unless the
             // store changed under us; a write must never replace a record, whatever happened.

@@ -208,11 +208,13 @@ impl Shared {
             codec::active_key(scope, r.kind, seq),
             codec::encode_record(r, seq)?,
         );
-        tx.batch.insert(
-            &self.ks.norms,
-            codec::norm_key(scope, &normalize(&r.text), seq),
-            [],
-        );
+        if r.dedup_key {
+            tx.batch.insert(
+                &self.ks.norms,
+                codec::norm_key(scope, &normalize(&r.text), seq),
+                [],
+            );
+        }
         tx.lru.push((None, Some(lru_key(r, seq))));
         if self.fts_loaded(scope) {
             tx.fts.push((true, FtsDoc::of(&r.text, &r.keywords)));
@@ -226,10 +228,12 @@ impl Shared {
         let scope = &old.scope_key;
         tx.batch
             .remove(&self.ks.active, codec::active_key(scope, old.kind, seq));
-        tx.batch.remove(
-            &self.ks.norms,
-            codec::norm_key(scope, &normalize(&old.text), seq),
-        );
+        if old.dedup_key {
+            tx.batch.remove(
+                &self.ks.norms,
+                codec::norm_key(scope, &normalize(&old.text), seq),
+            );
+        }
         tx.lru.push((Some(lru_key(old, seq)), None));
         if self.fts_loaded(scope) {
             tx.fts.push((false, FtsDoc::of(&old.text, &old.keywords)));
@@ -408,6 +412,7 @@ impl Shared {
         ActiveMeta {
             seq,
             norm: normalize(&r.text),
+            dedup_key: r.dedup_key,
             created_at: r.created_at,
             last_used_at: r.last_used_at,
             use_count: r.use_count,

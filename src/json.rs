@@ -1,0 +1,693 @@
+//! JSON as JavaScript reads and writes it: what the reference Worker's `request.json()` and
+//! `JSON.stringify` do in workerd, measured, for the server's bodies, the CLI's JSON Lines and
+//! the bot's content hash.
+//!
+//! Reading ([`decode`], [`parse`]): invalid UTF-8 replaced by U+FFFD (maximal subparts, as the
+//! WHATWG decoder does); one leading byte-order mark dropped from a body, any other refused (JSON
+//! whitespace has no U+FEFF); duplicate keys keep the last value; numbers past the double range
+//! read as the largest double (Infinity there, refused by every field alike); any nesting depth.
+//!
+//! A JavaScript string may hold a lone surrogate (a client that cut a string inside a pair), and
+//! the Worker keeps one where it stores JSON (keywords, provenance) and turns it into three
+//! U+FFFD where it stores text. A Rust `String` cannot hold one, so it is carried in a private
+//! encoding ([`lone`]) from the body to the field that decides what becomes of it, and written
+//! back as `\udXXX` by [`stringify`].
+//!
+//! serde_json stops at 128 levels, and a deeper tree would overflow the stack when dropped. No
+//! route reads a field more than a few levels down, so a body deeper than [`KEPT_DEPTH`] is
+//! checked for syntax in full (iteratively) and every container below that depth is replaced by
+//! an empty one of the same type: every answer the routes give is unchanged.
+//!
+//! **Invariant:** pure and total: never panics, whatever the bytes.
+
+use serde_json::Value;
+
+/// Containers deeper than this are checked and then emptied.
+const KEPT_DEPTH: usize = 64;
+
+/// A request body as JSON, or `None` when `request.json()` would throw: the bytes decoded as
+/// UTF-8 the way workerd decodes them (one leading byte-order mark dropped), then `JSON.parse`.
+pub(crate) fn decode(bytes: &[u8]) -> Option<Value> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    parse(&String::from_utf8_lossy(bytes))
+}
+
+/// `JSON.parse(text)`, or `None` when it would throw.
+pub(crate) fn parse(text: &str) -> Option<Value> {
+    if !lone::holds_mark(text) {
+        match serde_json::from_str::<Value>(text) {
+            Ok(v) => return Some(v),
+            Err(e) if is_depth(&e) => return parse_deep(text.as_bytes()),
+            Err(_) => {}
+        }
+    }
+    // What JSON.parse reads and serde_json does not: rewritten, then read again. Nothing to
+    // rewrite means serde_json's refusal stands.
+    let js = js_normalize(text.as_bytes())?;
+    match serde_json::from_str::<Value>(&js) {
+        Ok(v) => Some(v),
+        Err(e) if is_depth(&e) => parse_deep(js.as_bytes()),
+        Err(_) => None,
+    }
+}
+
+/// `JSON.stringify(value)`: compact, keys in their order, numbers as JavaScript prints them,
+/// lone surrogates as `\udXXX`.
+pub(crate) fn stringify(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(value, &mut out);
+    out
+}
+
+fn write_value(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&js_number_of(n)),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(v, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(k, out);
+                out.push(':');
+                write_value(v, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A JSON number as JavaScript holds and prints it (a double).
+fn js_number_of(n: &serde_json::Number) -> String {
+    const SAFE: u64 = (1 << 53) - 1;
+    if let Some(u) = n.as_u64().filter(|u| *u <= SAFE) {
+        return u.to_string();
+    }
+    if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= SAFE) {
+        return i.to_string();
+    }
+    crate::text::js_number(n.as_f64().unwrap_or(f64::NAN))
+}
+
+/// `JSON.stringify(s)` of one string: `"` and `\` escaped, `\b \f \n \r \t`, other C0 controls
+/// as `\u00xx`, lone surrogates as `\udxxx`, everything else as is.
+pub(crate) fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    for piece in lone::pieces(s) {
+        match piece {
+            lone::Piece::Text(t) => escape_into(t, out),
+            lone::Piece::Surrogate(u) => out.push_str(&format!("\\u{u:04x}")),
+            lone::Piece::Mark => out.push(lone::MARK),
+        }
+    }
+    out.push('"');
+}
+
+fn escape_into(t: &str, out: &mut String) {
+    let mut rest = t;
+    while let Some((i, c)) = rest
+        .char_indices()
+        .find(|&(_, c)| c < ' ' || c == '"' || c == '\\')
+    {
+        out.push_str(rest.get(..i).unwrap_or_default());
+        rest = rest.get(i + 1..).unwrap_or_default();
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push_str(&format!("\\u{:04x}", c as u32)),
+        }
+    }
+    out.push_str(rest);
+}
+
+/// Lone surrogates carried in a Rust `String`.
+///
+/// A lone surrogate U+D800 + v (v < 0x800) is written as [`MARK`] (U+FDD0) followed by the
+/// three hexadecimal digits of v, each as a character U+FDE0 + digit; a literal U+FDD0 is
+/// written as two of them. All five characters are noncharacters (Unicode category Cn), so
+/// every tokenizer here splits on them as the reference's split on a surrogate, and a scope key
+/// holding one is refused as holding an unassigned character, which the Worker refuses as `Cs`.
+pub(crate) mod lone {
+    use std::borrow::Cow;
+
+    /// The first character of an encoded lone surrogate.
+    pub(crate) const MARK: char = '\u{FDD0}';
+    const DIGIT0: u32 = 0xFDE0;
+
+    /// One piece of a string in the carried form.
+    pub(crate) enum Piece<'a> {
+        /// Plain text, no mark in it.
+        Text(&'a str),
+        /// A lone surrogate code unit.
+        Surrogate(u16),
+        /// A literal U+FDD0.
+        Mark,
+    }
+
+    /// The pieces of `s`, in order.
+    pub(crate) fn pieces(s: &str) -> impl Iterator<Item = Piece<'_>> {
+        let mut rest = s;
+        let mut pending: Option<Piece<'_>> = None;
+        std::iter::from_fn(move || {
+            if let Some(p) = pending.take() {
+                return Some(p);
+            }
+            if rest.is_empty() {
+                return None;
+            }
+            let Some(i) = rest.find(MARK) else {
+                let text = rest;
+                rest = "";
+                return Some(Piece::Text(text));
+            };
+            let before = rest.get(..i).unwrap_or_default();
+            let after = rest.get(i + MARK.len_utf8()..).unwrap_or_default();
+            let (piece, used) = decode_after_mark(after).unwrap_or((Piece::Mark, 0));
+            rest = after.get(used..).unwrap_or_default();
+            if before.is_empty() {
+                Some(piece)
+            } else {
+                pending = Some(piece);
+                Some(Piece::Text(before))
+            }
+        })
+    }
+
+    /// What `after` (the text right after a [`MARK`]) completes the mark to, and how many
+    /// bytes of `after` that takes; `None` for a mark that starts neither form (it stands for
+    /// itself).
+    fn decode_after_mark(after: &str) -> Option<(Piece<'static>, usize)> {
+        let mut chars = after.chars();
+        let first = chars.next()?;
+        if first == MARK {
+            return Some((Piece::Mark, first.len_utf8()));
+        }
+        let digit = |c: char| {
+            let v = u32::from(c);
+            (DIGIT0..DIGIT0 + 16).contains(&v).then(|| v - DIGIT0)
+        };
+        let (a, b, c) = (digit(first)?, digit(chars.next()?)?, digit(chars.next()?)?);
+        let v = (a << 8) | (b << 4) | c;
+        // Each digit is three bytes of UTF-8.
+        (v < 0x800).then(|| (Piece::Surrogate(0xD800 + v as u16), 9))
+    }
+
+    pub(crate) fn holds_mark(s: &str) -> bool {
+        // U+FDD0 in UTF-8 is EF B7 90; as an escape, `\ufdd0` in either case.
+        let b = s.as_bytes();
+        b.windows(3).any(|w| w == [0xEF, 0xB7, 0x90])
+            || b.windows(6).any(|w| {
+                w.first() == Some(&b'\\')
+                    && w.get(1) == Some(&b'u')
+                    && w.get(2..6).is_some_and(|h| h.eq_ignore_ascii_case(b"fdd0"))
+            })
+    }
+
+    pub(crate) fn push_encoded(unit: u16, out: &mut Vec<u8>) {
+        let v = u32::from(unit.wrapping_sub(0xD800) & 0x7FF);
+        let mut buf = [0u8; 4];
+        out.extend_from_slice(MARK.encode_utf8(&mut buf).as_bytes());
+        for shift in [8, 4, 0] {
+            let digit = char::from_u32(DIGIT0 + ((v >> shift) & 0xF)).unwrap_or(MARK);
+            out.extend_from_slice(digit.encode_utf8(&mut buf).as_bytes());
+        }
+    }
+
+    pub(crate) fn push_escaped_mark(out: &mut Vec<u8>) {
+        let mut buf = [0u8; 4];
+        let mark = MARK.encode_utf8(&mut buf).as_bytes().to_vec();
+        out.extend_from_slice(&mark);
+        out.extend_from_slice(&mark);
+    }
+
+    /// Whether `s` holds a lone surrogate.
+    pub(crate) fn has_lone(s: &str) -> bool {
+        s.contains(MARK) && pieces(s).any(|p| matches!(p, Piece::Surrogate(_)))
+    }
+
+    /// `s` as the Worker's SQLite storage reads a text column back: each lone surrogate as
+    /// three U+FFFD (stored as its three-byte generalized UTF-8 form, decoded strictly), a
+    /// literal U+FDD0 as itself.
+    pub(crate) fn as_stored_text(s: &str) -> Cow<'_, str> {
+        replace_lone(s, "\u{FFFD}\u{FFFD}\u{FFFD}")
+    }
+
+    /// `s` for a tokenizer: each lone surrogate as a space (SQLite's `unicode61` and the
+    /// reference's `[a-z0-9]+` both split on one), a literal mark as itself.
+    pub(crate) fn as_token_text(s: &str) -> Cow<'_, str> {
+        replace_lone(s, " ")
+    }
+
+    fn replace_lone<'a>(s: &'a str, replacement: &str) -> Cow<'a, str> {
+        if !s.contains(MARK) {
+            return Cow::Borrowed(s);
+        }
+        let mut out = String::with_capacity(s.len());
+        for p in pieces(s) {
+            match p {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Surrogate(_) => out.push_str(replacement),
+                Piece::Mark => out.push(MARK),
+            }
+        }
+        Cow::Owned(out)
+    }
+
+    /// How many UTF-16 units `s` stands for in JavaScript: a lone surrogate is one unit
+    /// carried as four characters, a literal mark one carried as two.
+    pub(crate) fn utf16_len(s: &str) -> usize {
+        pieces(s)
+            .map(|p| match p {
+                Piece::Text(t) => t.chars().map(char::len_utf16).sum(),
+                Piece::Surrogate(_) | Piece::Mark => 1,
+            })
+            .sum()
+    }
+
+    /// `s` as JavaScript's UTF-16 code units, lone surrogates included.
+    pub(crate) fn utf16_units(s: &str) -> Vec<u16> {
+        let mut out = Vec::with_capacity(s.len());
+        for p in pieces(s) {
+            match p {
+                Piece::Text(t) => out.extend(t.encode_utf16()),
+                Piece::Surrogate(u) => out.push(u),
+                Piece::Mark => out.extend(MARK.encode_utf16(&mut [0; 2]).iter()),
+            }
+        }
+        out
+    }
+}
+
+fn is_depth(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
+fn parse_deep(text: &[u8]) -> Option<Value> {
+    let flat = flatten_deep(text, KEPT_DEPTH)?;
+    serde_json::from_str(&flat)
+        .ok()
+        .or_else(|| serde_json::from_str(&js_normalize(flat.as_bytes())?).ok())
+}
+
+/// What `JSON.parse` reads and serde_json does not, rewritten so every route answers as the
+/// Worker does: a lone surrogate escape (`"\ud800"`, which a JavaScript client produces by
+/// cutting a string inside a pair) becomes its [`lone`] encoding, a literal [`lone::MARK`]
+/// is escaped so it cannot be taken for one, and a number beyond the double range (`1e400`,
+/// Infinity there) reads as the largest double of its sign, which every field refuses with the
+/// same words as Infinity (not an integer in range, not a number in [0, 1], not a string).
+/// `None` when nothing needed rewriting.
+fn js_normalize(b: &[u8]) -> Option<String> {
+    let hex = |i: usize| -> Option<u32> {
+        let digits = std::str::from_utf8(b.get(i..i + 4)?).ok()?;
+        u32::from_str_radix(digits, 16).ok()
+    };
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut changed = false;
+    let mut i = 0;
+    let mut in_string = false;
+    let mut buf = [0u8; 4];
+    while let Some(&c) = b.get(i) {
+        if in_string {
+            match c {
+                b'"' => {
+                    in_string = false;
+                    out.push(c);
+                    i += 1;
+                }
+                b'\\' if b.get(i + 1) == Some(&b'u') => {
+                    let Some(cp) = hex(i + 2) else {
+                        out.push(c);
+                        i += 1;
+                        continue;
+                    };
+                    let paired = (0xD800..0xDC00).contains(&cp)
+                        && b.get(i + 6) == Some(&b'\\')
+                        && b.get(i + 7) == Some(&b'u')
+                        && hex(i + 8).is_some_and(|lo| (0xDC00..0xE000).contains(&lo));
+                    if paired {
+                        out.extend_from_slice(b.get(i..i + 12)?);
+                        i += 12;
+                    } else if (0xD800..0xE000).contains(&cp) {
+                        lone::push_encoded(cp as u16, &mut out);
+                        changed = true;
+                        i += 6;
+                    } else if cp == u32::from(lone::MARK) {
+                        lone::push_escaped_mark(&mut out);
+                        changed = true;
+                        i += 6;
+                    } else {
+                        out.extend_from_slice(b.get(i..i + 6)?);
+                        i += 6;
+                    }
+                }
+                b'\\' => {
+                    out.extend_from_slice(b.get(i..(i + 2).min(b.len()))?);
+                    i += 2;
+                }
+                _ if b.get(i..i + 3) == Some(lone::MARK.encode_utf8(&mut buf).as_bytes()) => {
+                    lone::push_escaped_mark(&mut out);
+                    changed = true;
+                    i += 3;
+                }
+                _ => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else if c == b'"' {
+            in_string = true;
+            out.push(c);
+            i += 1;
+        } else if c == b'-' || c.is_ascii_digit() {
+            let start = i;
+            while b.get(i).is_some_and(|d| {
+                d.is_ascii_digit() || matches!(d, b'-' | b'+' | b'.' | b'e' | b'E')
+            }) {
+                i += 1;
+            }
+            let literal = b.get(start..i)?;
+            match std::str::from_utf8(literal)
+                .ok()
+                .and_then(|l| l.parse::<f64>().ok())
+            {
+                Some(x) if x.is_infinite() => {
+                    let max = if x < 0.0 {
+                        "-1.7976931348623157e308"
+                    } else {
+                        "1.7976931348623157e308"
+                    };
+                    out.extend_from_slice(max.as_bytes());
+                    changed = true;
+                }
+                _ => out.extend_from_slice(literal),
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    if !changed {
+        return None;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `text` with every container below `max` levels replaced by an empty one; `None` when a
+/// replaced container is not valid JSON. The rest is left for serde_json to judge.
+fn flatten_deep(b: &[u8], max: usize) -> Option<String> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'"' => {
+                let end = skip_string(b, i)?;
+                out.extend_from_slice(b.get(i..end)?);
+                i = end;
+            }
+            b'{' | b'[' if depth >= max => {
+                i = skip_value(b, i)?;
+                out.extend_from_slice(if c == b'{' { b"{}" } else { b"[]" });
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                out.push(c);
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                out.push(c);
+                i += 1;
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The index after the string starting at `i` (a `"`).
+fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    loop {
+        match *b.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => match *b.get(i + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => {
+                    let hex = b.get(i + 2..i + 6)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return None;
+                    }
+                    i += 6;
+                }
+                _ => return None,
+            },
+            c if c < 0x20 => return None,
+            _ => i += 1,
+        }
+    }
+}
+
+fn skip_digits(b: &[u8], mut i: usize) -> Option<usize> {
+    let start = i;
+    while b.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    (i > start).then_some(i)
+}
+
+/// The index after the number starting at `i`, by JSON's grammar.
+fn skip_number(b: &[u8], mut i: usize) -> Option<usize> {
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    i = match b.get(i)? {
+        b'0' => i + 1,
+        b'1'..=b'9' => skip_digits(b, i)?,
+        _ => return None,
+    };
+    if b.get(i) == Some(&b'.') {
+        i = skip_digits(b, i + 1)?;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i = skip_digits(b, i)?;
+    }
+    Some(i)
+}
+
+/// The index after the JSON value starting at `i`, checked without recursion.
+fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Want {
+        Value,
+        ValueOrClose,
+        Key,
+        KeyOrClose,
+        Colon,
+        After,
+    }
+    let mut open: Vec<u8> = Vec::new();
+    let mut want = Want::Value;
+    loop {
+        if want == Want::After && open.is_empty() {
+            return Some(i);
+        }
+        i = skip_ws(b, i);
+        let c = *b.get(i)?;
+        want = match want {
+            Want::ValueOrClose if c == b']' => {
+                open.pop();
+                i += 1;
+                Want::After
+            }
+            Want::Value | Want::ValueOrClose => match c {
+                b'{' => {
+                    open.push(b'{');
+                    i += 1;
+                    Want::KeyOrClose
+                }
+                b'[' => {
+                    open.push(b'[');
+                    i += 1;
+                    Want::ValueOrClose
+                }
+                b'"' => {
+                    i = skip_string(b, i)?;
+                    Want::After
+                }
+                b't' | b'f' | b'n' => {
+                    let word: &[u8] = match c {
+                        b't' => b"true",
+                        b'f' => b"false",
+                        _ => b"null",
+                    };
+                    if b.get(i..i + word.len())? != word {
+                        return None;
+                    }
+                    i += word.len();
+                    Want::After
+                }
+                _ => {
+                    i = skip_number(b, i)?;
+                    Want::After
+                }
+            },
+            Want::KeyOrClose if c == b'}' => {
+                open.pop();
+                i += 1;
+                Want::After
+            }
+            Want::Key | Want::KeyOrClose if c == b'"' => {
+                i = skip_string(b, i)?;
+                Want::Colon
+            }
+            Want::Colon if c == b':' => {
+                i += 1;
+                Want::Value
+            }
+            Want::After => match (open.last()?, c) {
+                (b'[', b',') => {
+                    i += 1;
+                    Want::Value
+                }
+                (b'{', b',') => {
+                    i += 1;
+                    Want::Key
+                }
+                (b'[', b']') | (b'{', b'}') => {
+                    open.pop();
+                    i += 1;
+                    Want::After
+                }
+                _ => return None,
+            },
+            _ => return None,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_utf8_decodes_as_workerd_does_and_one_leading_bom_is_dropped() {
+        let v = decode(b"{\"a\":\"x\xFFy\"}").expect("decodes");
+        assert_eq!(v["a"], "x\u{FFFD}y");
+        assert!(decode(b"").is_none());
+        // workerd's UTF-8 decoder drops one leading byte-order mark; JSON.parse refuses any other.
+        assert_eq!(decode(b"\xEF\xBB\xBF{}"), Some(serde_json::json!({})));
+        assert!(decode(b"\xEF\xBB\xBF\xEF\xBB\xBF{}").is_none());
+        assert!(decode(b" \xEF\xBB\xBF{}").is_none());
+        assert!(decode(b"{}\xEF\xBB\xBF").is_none());
+    }
+
+    #[test]
+    fn what_json_parse_reads_and_serde_does_not_is_read() {
+        let v = decode(br#"{"q":"cut \ud83d","r":"pair \ud83d\ude00","n":1e400,"m":-1e999}"#)
+            .expect("decodes");
+        assert_eq!(v["q"].as_str().map(lone::has_lone), Some(true));
+        assert_eq!(stringify(&v["q"]), r#""cut \ud83d""#);
+        assert_eq!(v["r"], "pair \u{1F600}");
+        assert_eq!(v["n"].as_f64(), Some(f64::MAX));
+        assert_eq!(v["m"].as_f64(), Some(-f64::MAX));
+        assert!(decode(br#"{"q":"\udc00 alone"}"#).is_some());
+        assert!(decode(b"{nope").is_none());
+        assert!(
+            decode(br#"{"a":1e400,}"#).is_none(),
+            "a syntax error stays one"
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_accepted_and_emptied_below_the_kept_depth() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let body = format!(r#"{{"scopeKey":"org:a","x":{deep},"y":{{"z":[1,{{"k":"v"}}]}}}}"#);
+        let v = decode(body.as_bytes()).expect("decodes");
+        assert_eq!(v["scopeKey"], "org:a");
+        assert_eq!(v["y"]["z"][1]["k"], "v");
+        let mut depth = 0;
+        let mut at = &v["x"];
+        while let Some(inner) = at.get(0) {
+            depth += 1;
+            at = inner;
+        }
+        assert_eq!(depth, KEPT_DEPTH - 1);
+        // A syntax error below the kept depth is still an error.
+        let broken = format!("{}1,]{}", "[".repeat(200), "]".repeat(199));
+        assert!(decode(broken.as_bytes()).is_none());
+        let unclosed = "[".repeat(300);
+        assert!(decode(unclosed.as_bytes()).is_none());
+        let objects = format!("{}{}", r#"{"a":"#.repeat(300), "}".repeat(300));
+        assert!(
+            decode(format!("{}1{}", r#"{"a":"#.repeat(300), "}".repeat(300)).as_bytes()).is_some()
+        );
+        assert!(decode(objects.as_bytes()).is_none());
+    }
+
+    #[test]
+    fn lone_surrogates_are_carried_and_written_back_as_javascript_writes_them() {
+        let v = decode(br#"{"k":["x\udc00y","plain"],"t":"a \ud800 b","m":"\ufdd0 lit \uFDD0"}"#)
+            .expect("decodes");
+        let k = v["k"][0].as_str().expect("string");
+        assert!(lone::has_lone(k));
+        assert_eq!(crate::text::utf16_len(k), 3);
+        assert_eq!(lone::utf16_units(k), vec![0x78, 0xDC00, 0x79]);
+        assert_eq!(stringify(&v["k"]), r#"["x\udc00y","plain"]"#);
+        assert_eq!(
+            lone::as_stored_text(v["t"].as_str().expect("string")),
+            "a \u{FFFD}\u{FFFD}\u{FFFD} b"
+        );
+        // A literal U+FDD0 is itself, never taken for a surrogate.
+        let m = v["m"].as_str().expect("string");
+        assert!(!lone::has_lone(m));
+        assert_eq!(stringify(&v["m"]), "\"\u{FDD0} lit \u{FDD0}\"");
+        assert_eq!(crate::text::utf16_len(m), 7);
+        let raw =
+            decode("{\"m\":\"\u{FDD0}\u{FDE1}\u{FDE2}\u{FDE3}\"}".as_bytes()).expect("decodes");
+        assert!(!lone::has_lone(raw["m"].as_str().expect("string")));
+        assert_eq!(stringify(&raw["m"]), "\"\u{FDD0}\u{FDE1}\u{FDE2}\u{FDE3}\"");
+    }
+
+    #[test]
+    fn stringify_escapes_as_javascript_does() {
+        assert_eq!(
+            stringify(
+                &serde_json::json!({"a": 1.0, "b": [0.5, 1e21], "c": "x\u{1}\"\\\n\u{7f}\u{2028}"})
+            ),
+            "{\"a\":1,\"b\":[0.5,1e+21],\"c\":\"x\\u0001\\\"\\\\\\n\u{7f}\u{2028}\"}"
+        );
+    }
+}

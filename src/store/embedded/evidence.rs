@@ -1,0 +1,180 @@
+//! What the store can prove about writes it lost, and the state that refuses writes once it has.
+//!
+//! Every batch the store commits is numbered, and carries its number in the `meta` keyspace
+//! (`last batch`), so the records say how far they reach: the number of the last batch that
+//! survived. Two witnesses outlive the records' journal, and each says how far it reached:
+//! - every index commit carries the number of the last batch that was durable before it
+//!   ([`crate::index::Mark`]);
+//! - a clean close leaves `clean-close` in the store directory: the number of the last batch,
+//!   after every batch was persisted.
+//!
+//! (fjall's own sequence numbers cannot serve: at open it recovers the highest one an item still
+//! holds, and a flush drops tombstones, so it reads lower than what was written.) If the records
+//! reach less far than a witness saw, batches that were durable are gone: the journal was cut or
+//! replaced. The store then opens for reading only, names what happened and
+//! points at `doctor --salvage`; a write would otherwise mint ids already acknowledged for the
+//! lost records. Damage that `doctor` finds in the tables (a block that does not read) is kept
+//! in a `damaged` file, so later processes refuse writes too until a check finds the store whole.
+//!
+//! **Invariant:** a witness is only ever a lower bound of what the journal held, so a store that
+//! lost nothing is never refused.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{Error, ErrorKind, Result};
+
+const CLEAN_CLOSE: &str = "clean-close";
+const DAMAGED: &str = "damaged";
+const CLEAN_CLOSE_HEADER: &str = "lessons clean close, format 1";
+
+/// Why a store refuses writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Damage {
+    /// The journal ends before a point a witness saw: acknowledged batches are gone.
+    Lost {
+        /// The last batch the records hold.
+        recovered: u64,
+        /// The last batch the witness saw.
+        witnessed: u64,
+        /// Which witness: "the keyword index" or "the last clean close".
+        witness: &'static str,
+    },
+    /// Data that does not read (found by `doctor`, or recorded by an earlier process).
+    Unreadable(String),
+}
+
+impl Damage {
+    /// The refusal a write answers with: what happened and what to do.
+    pub(crate) fn describe(&self, store: &Path) -> String {
+        let store = store.display();
+        match self {
+            Damage::Lost {
+                recovered,
+                witnessed,
+                witness,
+            } => format!(
+                "acknowledged writes are missing from the store {store}: its records end at batch {recovered}, but {witness} saw batches up to {witnessed}, so the journal was cut or replaced. Writes are refused so that no lost record's id is handed out again. Run `lessons --store {store} doctor` to list the lost ids, then `lessons --store {store} doctor --salvage NEW_DIR` to copy every readable record into a new store, or `lessons --store {store} doctor --repair` to accept the loss and continue in place (the lost ids are never reused)"
+            ),
+            Damage::Unreadable(what) => format!(
+                "the store {store} is damaged ({what}). Writes are refused. Run `lessons --store {store} doctor --salvage NEW_DIR` to copy every readable record into a new store"
+            ),
+        }
+    }
+
+    /// The error a refused write returns.
+    pub(crate) fn refusal(&self, store: &Path) -> Error {
+        Error::new(ErrorKind::Damaged, self.describe(store))
+    }
+}
+
+/// The last batch at the last clean close, if the store was ever closed cleanly by a build that
+/// keeps this witness.
+pub(crate) fn read_clean_close(dir: &Path) -> Result<Option<u64>> {
+    let path = dir.join(CLEAN_CLOSE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+    };
+    let mut lines = text.lines();
+    let seqno = match (lines.next(), lines.next()) {
+        (Some(CLEAN_CLOSE_HEADER), Some(line)) => line
+            .strip_prefix("last batch ")
+            .and_then(|n| n.parse::<u64>().ok()),
+        _ => None,
+    };
+    match seqno {
+        Some(s) => Ok(Some(s)),
+        None => Err(Error::format(format!(
+            "{} is not a clean-close record this build reads; delete it to open the store without it",
+            path.display()
+        ))),
+    }
+}
+
+/// Records a clean close: the last batch, once every batch is on disk. Written to a temporary
+/// file, synced, then renamed, so it is whole or absent.
+pub(crate) fn write_clean_close(dir: &Path, last_batch: u64) -> Result<()> {
+    write_atomically(
+        dir,
+        CLEAN_CLOSE,
+        format!("{CLEAN_CLOSE_HEADER}\nlast batch {last_batch}\n").as_bytes(),
+    )
+}
+
+/// What an earlier check found unreadable, if it is still recorded.
+pub(crate) fn read_marker(dir: &Path) -> Result<Option<Damage>> {
+    let path = dir.join(DAMAGED);
+    match std::fs::read_to_string(&path) {
+        Ok(t) => Ok(Some(Damage::Unreadable(t.trim().to_owned()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
+    }
+}
+
+/// Records that the store's data does not read, for every later process.
+pub(crate) fn write_marker(dir: &Path, what: &str) -> Result<()> {
+    write_atomically(dir, DAMAGED, format!("{what}\n").as_bytes())
+}
+
+/// Forgets a recorded damage (a check found every value readable).
+pub(crate) fn clear_marker(dir: &Path) -> Result<()> {
+    match std::fs::remove_file(dir.join(DAMAGED)) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(
+            format!("removing {}", dir.join(DAMAGED).display()),
+            e,
+        )),
+    }
+}
+
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{name}.new"));
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&tmp)
+        .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &path)
+        .map_err(|e| Error::io(format!("renaming {}", tmp.display()), e))?;
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("syncing {}", dir.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clean_close_round_trips_and_a_foreign_file_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(read_clean_close(dir.path()).expect("absent"), None);
+        write_clean_close(dir.path(), 42).expect("write");
+        assert_eq!(read_clean_close(dir.path()).expect("read"), Some(42));
+        std::fs::write(dir.path().join(CLEAN_CLOSE), "something else").expect("write");
+        let e = read_clean_close(dir.path()).expect_err("foreign");
+        assert!(e.to_string().contains("clean-close"), "{e}");
+    }
+
+    #[test]
+    fn the_damage_marker_is_kept_until_cleared() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(read_marker(dir.path()).expect("absent"), None);
+        write_marker(dir.path(), "a block of the decision journal does not read").expect("write");
+        assert!(matches!(
+            read_marker(dir.path()).expect("read"),
+            Some(Damage::Unreadable(w)) if w.contains("decision journal")
+        ));
+        clear_marker(dir.path()).expect("clear");
+        clear_marker(dir.path()).expect("clear twice");
+        assert_eq!(read_marker(dir.path()).expect("absent"), None);
+    }
+}
