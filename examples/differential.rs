@@ -126,7 +126,7 @@ struct Request {
 
 impl Request {
     fn post(path: &str, body: Value) -> Request {
-        Request::raw(path, body.to_string().into_bytes())
+        Request::raw(path, with_lone_surrogates(&body.to_string()).into_bytes())
     }
     fn raw(path: &str, body: Vec<u8>) -> Request {
         let length = Some(body.len().to_string());
@@ -260,6 +260,145 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A lone surrogate, as a placeholder a `Value` can hold: the body's JSON text gets the escape
+/// `\udXXX` in its place (what a JavaScript client sends when it cuts a string inside a pair).
+fn lone(unit: u16) -> String {
+    format!("<<lone {unit:04x}>>")
+}
+
+fn with_lone_surrogates(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let mut rest = json;
+    while let Some(i) = rest.find("<<lone ") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 7..];
+        match after.get(..6) {
+            Some(hex) if hex.ends_with(">>") => {
+                out.push_str("\\u");
+                out.push_str(&hex[..4]);
+                rest = &after[6..];
+            }
+            _ => {
+                out.push_str("<<lone ");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn surrogate(rng: &mut Rng) -> String {
+    lone(if rng.chance(50) {
+        0xD800 + rng.below(0x400) as u16
+    } else {
+        0xDC00 + rng.below(0x400) as u16
+    })
+}
+
+const HASHES: [&str; 3] = [
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+];
+
+/// A dependency envelope as the newest bot builds one: version 1, or version 2 with GitHub
+/// reads admitted through the execution owner; sometimes malformed, as a faulty client might.
+fn dependencies(rng: &mut Rng) -> Value {
+    let version = if rng.chance(50) { 2 } else { 1 };
+    let status = *rng.pick(&["known", "known", "known", "unknown", "revoked"]);
+    let origins: Vec<Value> = (0..if rng.chance(3) { 31 + rng.below(3) } else { rng.below(3) })
+        .map(|i| {
+            let run = if i < 3 { format!("run{}", rng.below(4)) } else { format!("run-{i}") };
+            json!({"runId": run, "requester": if rng.chance(10) { "slack:U9" } else { "slack:U1" }, "channelId": "slack:C1", "threadKey": "slack:C1:1.0"})
+        })
+        .collect();
+    let mut origins_unique: Vec<Value> = Vec::new();
+    for o in origins {
+        if !origins_unique.iter().any(|u| u["runId"] == o["runId"]) {
+            origins_unique.push(o);
+        }
+    }
+    let mut d = json!({
+        "version": version,
+        "status": status,
+        "revision": rng.below(4),
+        "origins": origins_unique,
+        "slack": [],
+        "mcp": [],
+    });
+    if status != "known" {
+        d["reason"] = json!(*rng.pick(&["legacy", "overflow", "equivocation"]));
+    }
+    if rng.chance(25) {
+        d["githubRepos"] = json!([*rng.pick(&["acme/web", "Acme/Api", "x/y"])]);
+    }
+    if rng.chance(15) {
+        d["memoryScopes"] = json!([*rng.pick(&["org:acme", "repo:acme/web"])]);
+    }
+    if rng.chance(10) {
+        d["mcp"] = json!([{"runId": "run1", "actionId": format!("a{}", rng.below(2)), "callIds": [format!("c{}", rng.below(2))], "responseHash": *rng.pick(&HASHES)}]);
+    }
+    if version == 2 && rng.chance(70) {
+        let n = rng.below(4);
+        let mut reads: Vec<Value> = Vec::new();
+        for _ in 0..n {
+            let call = format!("call{}", rng.below(4));
+            if reads.iter().any(|r| r["callId"] == json!(call)) {
+                continue;
+            }
+            reads.push(json!({"runId": "run7", "callId": call, "resultHash": *rng.pick(&HASHES), "admissionHash": HASHES[0]}));
+        }
+        d["executionGithub"] = json!(reads);
+    }
+    // Malformed, as the Worker must refuse them.
+    if rng.chance(12) {
+        match rng.below(8) {
+            0 => d["executionGithub"] = json!([]), // with version 1: refused
+            1 => d["executionGithub"] = Value::Null,
+            2 => d["version"] = json!(3),
+            3 => d["version"] = json!("2"),
+            4 => d["executionGithub"] = json!({}),
+            5 => {
+                d["executionGithub"] = json!([{"runId": "r", "callId": "c", "resultHash": HASHES[0].to_uppercase(), "admissionHash": HASHES[0]}])
+            }
+            6 => {
+                d["executionGithub"] = json!([{"runId": "r", "callId": "c", "resultHash": HASHES[0], "admissionHash": HASHES[0], "note": 1}])
+            }
+            _ => {
+                d["executionGithub"] = json!([{"runId": "r", "callId": "c", "resultHash": HASHES[0], "admissionHash": HASHES[0]}, {"runId": "r", "callId": "c", "resultHash": HASHES[1], "admissionHash": HASHES[0]}])
+            }
+        }
+        if rng.chance(30) {
+            d["version"] = json!(1);
+        }
+    }
+    if rng.chance(3) {
+        if let Some(first) = d["origins"].get_mut(0) {
+            first["runId"] = json!(format!("run{}", surrogate(rng)));
+        }
+    }
+    d
+}
+
+fn provenance(rng: &mut Rng, scope: &str) -> Value {
+    let scope_key = if rng.chance(5) { "org:other" } else { scope };
+    json!({
+        "version": 1,
+        "scopeKey": scope_key,
+        "contentHash": *rng.pick(&HASHES),
+        "dependencies": dependencies(rng),
+    })
+}
+
+/// The `scopeKey` a body names (the text between its quotes, escapes left as they are).
+fn scope_key_of(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let at = text.find("\"scopeKey\":\"")? + "\"scopeKey\":\"".len();
+    let rest = &text[at..];
+    Some(rest[..rest.find('"')?].to_owned())
+}
+
 /// What the generator knows of each scope: how many records it has written there, so
 /// pointers can name real ids.
 struct Model {
@@ -272,11 +411,14 @@ fn text(rng: &mut Rng) -> String {
     } else {
         *rng.pick(&LESSONS)
     };
-    // Case and whitespace variants dedup onto the same record.
-    match rng.below(6) {
-        0 => base.to_uppercase(),
-        1 => format!("  {}  ", base.replace(' ', "   ")),
-        2 => format!("{base} ({})", rng.below(5)),
+    // Case and whitespace variants dedup onto the same record; a text cut inside a surrogate
+    // pair never does; three U+FFFD are what such a text reads back as.
+    match rng.below(20) {
+        0..=2 => base.to_uppercase(),
+        3..=5 => format!("  {}  ", base.replace(' ', "   ")),
+        6..=8 => format!("{base} ({})", rng.below(5)),
+        9 => format!("{base} {}", lone(0xD83D)),
+        10 => format!("{base} \u{FFFD}\u{FFFD}\u{FFFD}"),
         _ => base.to_owned(),
     }
 }
@@ -297,8 +439,17 @@ fn candidate(rng: &mut Rng, scope: usize, model: &Model) -> Value {
     });
     if rng.chance(40) {
         let n = rng.below(4);
-        let kw: Vec<&str> = (0..n).map(|_| *rng.pick(&WORDS)).collect();
+        let mut kw: Vec<String> = (0..n).map(|_| rng.pick(&WORDS).to_string()).collect();
+        if n > 0 && rng.chance(10) {
+            kw[0] = format!("{}{}", kw[0], surrogate(rng));
+        }
         c["keywords"] = json!(kw);
+    }
+    if rng.chance(5) {
+        c["sourceThreadKey"] = json!(format!("slack:C1:{}", surrogate(rng)));
+    }
+    if rng.chance(35) {
+        c["provenance"] = provenance(rng, SCOPES[scope]);
     }
     if rng.chance(50) {
         c["sourceRunId"] = json!(if rng.chance(20) {
@@ -312,8 +463,9 @@ fn candidate(rng: &mut Rng, scope: usize, model: &Model) -> Value {
     }
     let known = model.seqs[scope];
     let pointer = |rng: &mut Rng| -> String {
-        match rng.below(5) {
+        match rng.below(6) {
             0 => String::new(),
+            5 => format!("mem:{}:{}", SCOPES[scope], surrogate(rng)),
             1 => format!("mem:{}:999", SCOPES[scope]),
             2 => format!("mem:{}:0", SCOPES[(scope + 1) % SCOPES.len()]),
             _ => format!("mem:{}:{}", SCOPES[scope], rng.below(known.max(1) as usize)),
@@ -343,7 +495,11 @@ fn request(rng: &mut Rng, model: &Model) -> (Request, Option<usize>) {
         return (Request::post("/write", body), Some(scope));
     }
     if roll < 50 {
-        let body = json!({"scopeKey": s, "query": query(rng), "limit": 1 + rng.below(10)});
+        let mut q = query(rng);
+        if rng.chance(5) {
+            q = q.replacen(' ', &surrogate(rng), 1);
+        }
+        let body = json!({"scopeKey": s, "query": q, "limit": 1 + rng.below(10)});
         return (Request::post("/retrieve", body), None);
     }
     if roll < 63 {
@@ -546,6 +702,39 @@ fn invalid(rng: &mut Rng, s: &str) -> Request {
         }),
         Box::new(|| Request::raw("/list", b"".to_vec())),
         Box::new(|| {
+            Request::post(
+                "/list",
+                json!({"scopeKey": format!("org:{}", lone(0xD800)), "limit": 3}),
+            )
+        }),
+        Box::new(|| {
+            Request::post(
+                "/write",
+                json!({"scopeKey": format!("org:x{}y", lone(0xDC00)), "records": []}),
+            )
+        }),
+        Box::new(|| {
+            Request::post(
+                "/forget",
+                json!({"scopeKey": s, "id": format!("mem:{s}:{}", lone(0xD800))}),
+            )
+        }),
+        Box::new(|| {
+            let mut b = b"\xEF\xBB\xBF".to_vec();
+            b.extend_from_slice(json!({"scopeKey": s, "limit": 3}).to_string().as_bytes());
+            Request::raw("/list", b)
+        }),
+        Box::new(|| {
+            let mut b = b"\xEF\xBB\xBF\xEF\xBB\xBF".to_vec();
+            b.extend_from_slice(json!({"scopeKey": s, "limit": 3}).to_string().as_bytes());
+            Request::raw("/list", b)
+        }),
+        Box::new(|| {
+            let mut b = b" \xEF\xBB\xBF".to_vec();
+            b.extend_from_slice(json!({"scopeKey": s, "limit": 3}).to_string().as_bytes());
+            Request::raw("/list", b)
+        }),
+        Box::new(|| {
             Request::raw(
                 "/list",
                 format!("\u{feff}{}", json!({"scopeKey": s, "limit": 3})).into_bytes(),
@@ -631,6 +820,9 @@ fn main() {
     let mut documented = 0usize;
     let mut sent = 0usize;
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    // LESSONS_DIFF_LOG=FILE: every exchange, for tracing a mismatch back to what caused it.
+    let mut log = std::env::var_os("LESSONS_DIFF_LOG")
+        .map(|p| std::fs::File::create(p).expect("the log file"));
     while sent < count {
         // Time moves on by up to three hours, sometimes not at all (ties in recency).
         if !rng.chance(20) {
@@ -644,8 +836,10 @@ fn main() {
         let mut used = std::collections::HashSet::new();
         for _ in 0..burst {
             let (req, wrote) = request(&mut rng, &model);
-            let scope_of = String::from_utf8_lossy(&req.body).to_string();
-            if burst > 1 && !used.insert(SCOPES.iter().position(|s| scope_of.contains(s))) {
+            // Concurrent requests must be to different scopes, or their order (and so the
+            // answers) would depend on timing. A body may name other scopes in pointers, so
+            // the scope is read from its `scopeKey` field.
+            if burst > 1 && !used.insert(scope_key_of(&req.body)) {
                 continue;
             }
             batch.push((req, wrote));
@@ -684,6 +878,17 @@ fn main() {
                 b.expect("the reference answers"),
             );
             *statuses.entry(b.0).or_default() += 1;
+            if let Some(f) = log.as_mut() {
+                let _ = writeln!(
+                    f,
+                    "#{sent} at {t}: {}\n  lessons:   {} {}\n  reference: {} {}",
+                    req.describe(),
+                    a.0,
+                    String::from_utf8_lossy(&a.1),
+                    b.0,
+                    String::from_utf8_lossy(&b.1)
+                );
+            }
             if a != b && same_but_for_sweep_order(req, &a, &b) {
                 documented += 1;
             } else if a != b {

@@ -107,14 +107,14 @@ pub fn wire(data: &[u8]) {
     }
 }
 
-/// Provenance checks and unions over arbitrary JSON: never a panic, and the union of two valid
-/// dependency records is itself a valid, bounded one.
+/// Provenance checks and unions over arbitrary JSON (read as the server reads a body, lone
+/// surrogates included): never a panic, the union of two valid dependency records is itself a
+/// valid, bounded one, and it is version 2 exactly when an input is.
 pub fn provenance(data: &[u8]) {
     use crate::provenance::{
         is_context_dependencies, is_memory_provenance, merge_context_dependencies, merge_provenance,
     };
-    let Ok(serde_json::Value::Array(items)) = serde_json::from_slice::<serde_json::Value>(data)
-    else {
+    let Some(serde_json::Value::Array(items)) = crate::json::decode(data) else {
         return;
     };
     let (a, b) = (items.first(), items.get(1));
@@ -126,6 +126,12 @@ pub fn provenance(data: &[u8]) {
         assert!(
             is_context_dependencies(&merged),
             "the union of two valid dependency records is invalid: {merged}"
+        );
+        let two = |v: Option<&serde_json::Value>| v.is_some_and(|v| v["version"] == 2);
+        assert_eq!(
+            merged["version"] == 2,
+            two(a) || two(b),
+            "the union is version 2 exactly when an input is: {merged}"
         );
     }
     let _ = merge_provenance("org:a", a, b);

@@ -27,13 +27,13 @@ const KEPT_DEPTH: usize = 64;
 
 /// A request body as JSON, or `None` when `request.json()` would throw: the bytes decoded as
 /// UTF-8 the way workerd decodes them (one leading byte-order mark dropped), then `JSON.parse`.
-pub(crate) fn decode(bytes: &[u8]) -> Option<Value> {
+pub fn decode(bytes: &[u8]) -> Option<Value> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     parse(&String::from_utf8_lossy(bytes))
 }
 
 /// `JSON.parse(text)`, or `None` when it would throw.
-pub(crate) fn parse(text: &str) -> Option<Value> {
+pub fn parse(text: &str) -> Option<Value> {
     if !lone::holds_mark(text) {
         match serde_json::from_str::<Value>(text) {
             Ok(v) => return Some(v),
@@ -53,7 +53,7 @@ pub(crate) fn parse(text: &str) -> Option<Value> {
 
 /// `JSON.stringify(value)`: compact, keys in their order, numbers as JavaScript prints them,
 /// lone surrogates as `\udXXX`.
-pub(crate) fn stringify(value: &Value) -> String {
+pub fn stringify(value: &Value) -> String {
     let mut out = String::new();
     write_value(value, &mut out);
     out
@@ -102,6 +102,25 @@ fn js_number_of(n: &serde_json::Number) -> String {
     crate::text::js_number(n.as_f64().unwrap_or(f64::NAN))
 }
 
+/// JSON text made by serde from carried strings, as JavaScript writes it: each carried lone
+/// surrogate as the escape `\udXXX`, a literal U+FDD0 as itself. Carried forms only occur
+/// inside strings, so the text stays valid JSON. Every JSON text that leaves the process
+/// (an answer, a request, a CLI line) passes here.
+pub fn restore_lone(text: String) -> String {
+    if !text.contains(lone::MARK) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    for piece in lone::pieces(&text) {
+        match piece {
+            lone::Piece::Text(t) => out.push_str(t),
+            lone::Piece::Surrogate(u) => out.push_str(&format!("\\u{u:04x}")),
+            lone::Piece::Mark => out.push(lone::MARK),
+        }
+    }
+    out
+}
+
 /// `JSON.stringify(s)` of one string: `"` and `\` escaped, `\b \f \n \r \t`, other C0 controls
 /// as `\u00xx`, lone surrogates as `\udxxx`, everything else as is.
 pub(crate) fn write_string(s: &str, out: &mut String) {
@@ -136,6 +155,139 @@ fn escape_into(t: &str, out: &mut String) {
         }
     }
     out.push_str(rest);
+}
+
+/// A JSON text read as it streams in, with each lone surrogate escape rewritten to its
+/// [`lone`] encoding (and a literal U+FDD0 escaped), so serde reads it as `JSON.parse` would:
+/// for an answer too large to hold whole, such as an export.
+pub(crate) struct JsReader<R> {
+    inner: R,
+    /// Read but not yet rewritten: at most an escape pair or a character.
+    pending: Vec<u8>,
+    /// Rewritten, not yet handed out.
+    out: Vec<u8>,
+    at: usize,
+    in_string: bool,
+    eof: bool,
+}
+
+impl<R: std::io::Read> JsReader<R> {
+    pub(crate) fn new(inner: R) -> JsReader<R> {
+        JsReader {
+            inner,
+            pending: Vec::new(),
+            out: Vec::new(),
+            at: 0,
+            in_string: false,
+            eof: false,
+        }
+    }
+
+    /// Rewrites as much of `pending` as can be decided without more input.
+    fn rewrite(&mut self) {
+        let b = std::mem::take(&mut self.pending);
+        let mut i = 0;
+        let hex = |i: usize| -> Option<u32> {
+            let digits = std::str::from_utf8(b.get(i..i + 4)?).ok()?;
+            u32::from_str_radix(digits, 16).ok()
+        };
+        let mut buf = [0u8; 4];
+        let mark = lone::MARK.encode_utf8(&mut buf).as_bytes().to_vec();
+        while let Some(&c) = b.get(i) {
+            if !self.in_string {
+                self.in_string = c == b'"';
+                self.out.push(c);
+                i += 1;
+                continue;
+            }
+            match c {
+                b'"' => {
+                    self.in_string = false;
+                    self.out.push(c);
+                    i += 1;
+                }
+                b'\\' => {
+                    // An escape needs up to twelve bytes to be judged (a pair).
+                    if b.len() < i + 12 && !self.eof {
+                        break;
+                    }
+                    if b.get(i + 1) != Some(&b'u') {
+                        self.out
+                            .extend_from_slice(b.get(i..(i + 2).min(b.len())).unwrap_or_default());
+                        i += 2;
+                        continue;
+                    }
+                    let Some(cp) = hex(i + 2) else {
+                        self.out.push(c);
+                        i += 1;
+                        continue;
+                    };
+                    let paired = (0xD800..0xDC00).contains(&cp)
+                        && b.get(i + 6) == Some(&b'\\')
+                        && b.get(i + 7) == Some(&b'u')
+                        && hex(i + 8).is_some_and(|lo| (0xDC00..0xE000).contains(&lo));
+                    if paired {
+                        self.out
+                            .extend_from_slice(b.get(i..i + 12).unwrap_or_default());
+                        i += 12;
+                    } else if (0xD800..0xE000).contains(&cp) {
+                        lone::push_encoded(cp as u16, &mut self.out);
+                        i += 6;
+                    } else if cp == u32::from(lone::MARK) {
+                        lone::push_escaped_mark(&mut self.out);
+                        i += 6;
+                    } else {
+                        self.out
+                            .extend_from_slice(b.get(i..i + 6).unwrap_or_default());
+                        i += 6;
+                    }
+                }
+                0xEF if b.len() < i + 3 && !self.eof => break,
+                _ if b.get(i..i + 3) == Some(mark.as_slice()) => {
+                    lone::push_escaped_mark(&mut self.out);
+                    i += 3;
+                }
+                _ => {
+                    self.out.push(c);
+                    i += 1;
+                }
+            }
+        }
+        self.pending = b.get(i..).unwrap_or_default().to_vec();
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for JsReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.out.len() {
+            self.out.clear();
+            self.at = 0;
+            if self.eof {
+                if self.pending.is_empty() {
+                    return Ok(0);
+                }
+                self.rewrite();
+                // What is left at the end cannot be completed: handed out as it is.
+                let rest = std::mem::take(&mut self.pending);
+                self.out.extend_from_slice(&rest);
+                continue;
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = self.inner.read(&mut chunk)?;
+            if n == 0 {
+                self.eof = true;
+            }
+            self.pending
+                .extend_from_slice(chunk.get(..n).unwrap_or_default());
+            self.rewrite();
+        }
+        let n = buf.len().min(self.out.len() - self.at);
+        if let (Some(dst), Some(src)) = (buf.get_mut(..n), self.out.get(self.at..self.at + n)) {
+            dst.copy_from_slice(src);
+        }
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Lone surrogates carried in a Rust `String`.
@@ -689,5 +841,34 @@ mod tests {
             ),
             "{\"a\":1,\"b\":[0.5,1e+21],\"c\":\"x\\u0001\\\"\\\\\\n\u{7f}\u{2028}\"}"
         );
+    }
+
+    #[test]
+    fn the_streaming_reader_reads_what_parse_reads_whatever_the_chunking() {
+        use std::io::Read;
+        let text =
+            "{\"k\":[\"x\\udc00y\",\"\\ud83d\\ude00\",\"a\\\\u\",\"\u{FDD0}\\ufdd0\"],\"n\":[1,2]}";
+        let want = parse(text).expect("parses");
+        /// Hands out one byte at a time, so every escape is split across reads.
+        struct Drip<'a>(&'a [u8]);
+        impl std::io::Read for Drip<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                match (self.0.split_first(), buf.first_mut()) {
+                    (Some((b, rest)), Some(slot)) => {
+                        *slot = *b;
+                        self.0 = rest;
+                        Ok(1)
+                    }
+                    _ => Ok(0),
+                }
+            }
+        }
+        let mut out = String::new();
+        JsReader::new(Drip(text.as_bytes()))
+            .read_to_string(&mut out)
+            .expect("reads");
+        let got: Value = serde_json::from_str(&out).expect("serde reads the rewrite");
+        assert_eq!(got, want);
+        assert_eq!(stringify(&got), stringify(&want));
     }
 }

@@ -55,6 +55,8 @@
 //! - [`memory`]: what a bot calls per run, in order, against a store.
 //! - [`review`]: the week's verdict: the three signals and their evidence.
 //! - [`decisions`]: the decision journal: what the store decided about each fact, as evidence.
+//! - [`json`]: JSON as the reference reads and writes it (JavaScript's `JSON.parse`, lone
+//!   surrogates included).
 //! - `server` (feature `server`): the memory Worker's HTTP wire contract over one store
 //!   (`lessons serve`).
 //! - `remote` (feature `remote`): the store contract over that wire (`remote::RemoteStore`).
@@ -76,7 +78,7 @@ mod fts_tables;
 pub mod fuzzing;
 pub mod gate;
 mod index;
-mod json;
+pub mod json;
 pub mod memory;
 pub mod model;
 mod plan;

@@ -285,7 +285,7 @@ struct WireRecord<'a> {
     scope_key: &'a ScopeKey,
     kind: Kind,
     text: &'a str,
-    keywords: Keywords<'a>,
+    keywords: Cow<'a, [String]>,
     source_thread_key: &'a str,
     created_at: i64,
     use_count: u64,
@@ -293,7 +293,7 @@ struct WireRecord<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     source_run_id: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    provenance: Option<Box<serde_json::value::RawValue>>,
+    provenance: Option<&'a serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_used_at: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -309,22 +309,6 @@ struct WireRecord<'a> {
 impl Serialize for Record {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.serialize_wire(s, false)
-    }
-}
-
-/// Keywords on the wire: as strings, or as JSON text when one holds a lone surrogate (which
-/// JavaScript writes as `\udXXX` and serde cannot).
-enum Keywords<'a> {
-    Plain(Cow<'a, [String]>),
-    Raw(Box<serde_json::value::RawValue>),
-}
-
-impl Serialize for Keywords<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Keywords::Plain(k) => k.serialize(s),
-            Keywords::Raw(raw) => raw.serialize(s),
-        }
     }
 }
 
@@ -361,29 +345,11 @@ impl Record {
             ),
             None => None,
         };
-        let keywords = self.wire_keywords();
-        let keywords = if keywords.iter().any(|k| k.contains(crate::json::lone::MARK)) {
-            let mut out = String::from("[");
-            for (i, k) in keywords.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                crate::json::write_string(k, &mut out);
-            }
-            out.push(']');
-            Keywords::Raw(
-                serde_json::value::RawValue::from_string(out).map_err(serde::ser::Error::custom)?,
-            )
-        } else {
-            Keywords::Plain(keywords)
-        };
         // Emitted only when valid for the record's scope: a client drops a record whose
-        // provenance is malformed. Written as JavaScript writes it (lone surrogates included).
+        // provenance is malformed. (Strings carrying a lone surrogate become `\udXXX` where the
+        // JSON text leaves the process: `json::restore_lone`.)
         let provenance = match &self.provenance {
-            Some(p) if crate::provenance::valid_for(self.scope_key.as_str(), p) => Some(
-                serde_json::value::RawValue::from_string(crate::json::stringify(p))
-                    .map_err(serde::ser::Error::custom)?,
-            ),
+            Some(p) if crate::provenance::valid_for(self.scope_key.as_str(), p) => Some(p),
             _ => None,
         };
         WireRecord {
@@ -391,7 +357,7 @@ impl Record {
             scope_key: &self.scope_key,
             kind: self.kind,
             text: &self.text,
-            keywords,
+            keywords: self.wire_keywords(),
             source_thread_key: &self.source_thread_key,
             created_at: self.created_at,
             use_count: self.use_count,

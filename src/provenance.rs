@@ -1135,6 +1135,10 @@ mod tests {
             let mcp = (0usize..4, 0usize..3).prop_map(|(a, c)| {
                 json!({"runId": "r1", "actionId": format!("a{a}"), "callIds": [format!("c{c}")], "responseHash": H})
             });
+            let read = (0usize..4, any::<bool>()).prop_map(|(c, other)| {
+                let hash = if other { "b".repeat(64) } else { H.to_owned() };
+                json!({"runId": "r7", "callId": format!("c{c}"), "resultHash": hash, "admissionHash": H})
+            });
             (
                 prop::collection::vec(origin, 0..8),
                 prop::collection::vec(mcp, 0..4),
@@ -1142,9 +1146,14 @@ mod tests {
                 prop::collection::vec(prop::sample::select(vec!["org:acme", "repo:acme/web", "user:U1"]), 0..3),
                 prop::sample::select(vec!["known", "unknown", "revoked"]),
                 0u64..5,
+                (prop::option::of(prop::collection::vec(read, 0..4)), any::<bool>()),
             )
-                .prop_map(|(origins, mcp, repos, scopes, status, revision)| {
-                    let mut d = json!({"version": 1, "status": status, "revision": revision, "origins": origins, "slack": [], "mcp": mcp});
+                .prop_map(|(origins, mcp, repos, scopes, status, revision, (reads, v2))| {
+                    let version = if v2 || reads.is_some() { 2 } else { 1 };
+                    let mut d = json!({"version": version, "status": status, "revision": revision, "origins": origins, "slack": [], "mcp": mcp});
+                    if let Some(reads) = reads {
+                        d["executionGithub"] = json!(reads);
+                    }
                     if !repos.is_empty() {
                         d["githubRepos"] = json!(repos);
                     }
@@ -1172,6 +1181,11 @@ mod tests {
                     }
                     let again = merge_context_dependencies(&[Some(&merged), Some(&b)]);
                     prop_assert!(same_content(&again, &merged), "a second union of the same input changes nothing");
+                    prop_assert_eq!(
+                        version_of(&merged),
+                        version_of(&a).max(version_of(&b)),
+                        "version 2 when an input is"
+                    );
                 }
             }
         }

@@ -76,7 +76,7 @@ impl RemoteStore {
         if let Some(t) = &self.token {
             req = req.header("authorization", &format!("Bearer {t}"));
         }
-        req.send(body.to_string().as_bytes())
+        req.send(crate::json::restore_lone(body.to_string()).as_bytes())
             .map_err(|e| Error::new(ErrorKind::Remote, format!("POST {route}: {e}")))
     }
 
@@ -107,7 +107,10 @@ impl RemoteStore {
         }
         let reader = resp.into_body().into_reader();
         let mut failed: Option<Error> = None;
-        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
+        // Keywords and provenance may hold lone surrogates, which serde alone refuses.
+        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(
+            crate::json::JsReader::new(reader),
+        ));
         let parsed = serde::de::DeserializeSeed::deserialize(
             ExportSeed {
                 field,
@@ -141,7 +144,7 @@ impl RemoteStore {
                     format!("POST {route}: reading the answer: {e}"),
                 )
             })?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let value: Value = crate::json::parse(&text).unwrap_or(Value::Null);
         if status == 200 {
             return Ok(value);
         }

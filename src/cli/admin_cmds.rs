@@ -71,7 +71,7 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
             struct Line {
                 decision: lessons::Decision,
             }
-            let l: Line = serde_json::from_str(&line)
+            let l: Line = from_js_line(&line)
                 .map_err(|e| Failure::Usage(format!("line {}: not a journal entry: {e}", n + 1)))?;
             l.decision
                 .validate()
@@ -79,7 +79,7 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
             decisions.push(l.decision);
             continue;
         }
-        let r: Record = serde_json::from_str(&line)
+        let r: Record = from_js_line(&line)
             .map_err(|e| Failure::Usage(format!("line {}: not a record: {e}", n + 1)))?;
         r.validate()
             .map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
@@ -108,6 +108,17 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     }
     o.flush()?;
     Ok(Outcome::Ok)
+}
+
+/// A JSON line read as JavaScript reads it (an export carries keywords with lone surrogates as
+/// `\udXXX`, which serde alone refuses), then typed.
+fn from_js_line<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, String> {
+    match lessons::json::parse(line) {
+        Some(v) => serde_json::from_value(v).map_err(|e| e.to_string()),
+        None => Err(serde_json::from_str::<serde_json::Value>(line)
+            .err()
+            .map_or_else(|| "not valid JSON".to_owned(), |e| e.to_string())),
+    }
 }
 
 // ---- doctor / stats ----

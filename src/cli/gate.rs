@@ -167,8 +167,16 @@ fn parse_json_line(line: &str) -> Result<std::borrow::Cow<'_, str>, String> {
 /// The slow path, for a line the fast path refused: the reason, or the text after all (the
 /// two agree on every line both read).
 fn parse_json_value(line: &str) -> Result<String, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("line is not valid JSON: {e}"))?;
+    // JSON.parse's reading: a lone surrogate escape (a string cut inside a pair) is read, as
+    // the reference gate reads it.
+    let value = lessons::json::parse(line).ok_or_else(|| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .err()
+            .map_or_else(
+                || "line is not valid JSON".to_owned(),
+                |e| format!("line is not valid JSON: {e}"),
+            )
+    })?;
     match value {
         serde_json::Value::String(text) => Ok(text),
         serde_json::Value::Object(mut map) => match map.remove("text") {

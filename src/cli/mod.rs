@@ -184,7 +184,13 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 
 /// Writes `line` and a newline; a closed pipe becomes a [`Failure`] that [`run`] treats as done.
 pub(crate) fn emit(out: &mut impl Write, line: &str) -> Result<(), Failure> {
-    out.write_all(line.as_bytes())?;
+    // A keyword may carry a lone surrogate (in its private form, U+FDD0 first); it is written
+    // as JavaScript writes it.
+    if line.contains('\u{FDD0}') {
+        out.write_all(lessons::json::restore_lone(line.to_owned()).as_bytes())?;
+    } else {
+        out.write_all(line.as_bytes())?;
+    }
     out.write_all(b"\n")?;
     Ok(())
 }

@@ -316,7 +316,15 @@ fn parse_candidates(text: &str) -> Result<Vec<Candidate>, Failure> {
         List(Vec<Candidate>),
         Wire { records: Vec<Candidate> },
     }
-    let input: Input = serde_json::from_str(text).map_err(|e| {
+    let value = lessons::json::parse(text).ok_or_else(|| {
+        let why = serde_json::from_str::<serde_json::Value>(text)
+            .err()
+            .map_or_else(String::new, |e| format!(": {e}"));
+        Failure::Usage(format!(
+            "stdin must be a JSON array of candidates (or {{\"records\": [...]}}){why}"
+        ))
+    })?;
+    let input: Input = serde_json::from_value(value).map_err(|e| {
         Failure::Usage(format!(
             "stdin must be a JSON array of candidates (or {{\"records\": [...]}}): {e}"
         ))

@@ -25,7 +25,7 @@ pub(super) fn error(status: StatusCode, message: &str) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_string(&answer).unwrap_or_default(),
+        crate::json::restore_lone(serde_json::to_string(&answer).unwrap_or_default()),
     )
         .into_response()
 }
@@ -35,7 +35,7 @@ pub(super) fn ok_json(value: &impl serde::Serialize) -> Response {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
-            body,
+            crate::json::restore_lone(body),
         )
             .into_response(),
         Err(_) => error(
@@ -264,6 +264,7 @@ struct SharedRecords<'a> {
 
 fn text(answer: &impl serde::Serialize) -> crate::Result<String> {
     serde_json::to_string(answer)
+        .map(crate::json::restore_lone)
         .map_err(|e| crate::Error::format(format!("encoding the answer: {e}")))
 }
 
@@ -593,8 +594,9 @@ impl JsonArrays<'_> {
             self.chunk.push(b',');
         }
         self.first = false;
-        serde_json::to_writer(&mut self.chunk, value)
-            .map_err(|e| crate::Error::format(e.to_string()))?;
+        let json = serde_json::to_string(value).map_err(|e| crate::Error::format(e.to_string()))?;
+        self.chunk
+            .extend_from_slice(crate::json::restore_lone(json).as_bytes());
         if self.chunk.len() >= CHUNK {
             let full = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK));
             self.tx

@@ -377,3 +377,102 @@ fn provenance_is_refused_dropped_merged_and_emitted_as_the_reference_does() {
     assert_eq!(hit["provenance"]["dependencies"]["status"], "unknown");
     assert_eq!(hit["provenance"]["dependencies"]["reason"], "legacy");
 }
+
+/// A version-2 envelope: the newest bot records the GitHub reads it admitted through the
+/// execution owner.
+fn with_reads(run: &str, calls: &[&str]) -> serde_json::Value {
+    let reads: Vec<serde_json::Value> = calls
+        .iter()
+        .map(|c| json!({"runId": run, "callId": c, "resultHash": "a".repeat(64), "admissionHash": "b".repeat(64)}))
+        .collect();
+    json!({"version": 2, "status": "known", "revision": 0,
+           "origins": [{"runId": run, "requester": "U1", "channelId": "C1", "threadKey": "slack:C1:1"}],
+           "slack": [], "mcp": [], "executionGithub": reads})
+}
+
+fn sealed_with(scope: &ScopeKey, c: Candidate, dependencies: serde_json::Value) -> Candidate {
+    let mut c = seal(scope, c);
+    if let Some(p) = c.provenance.as_mut() {
+        p["dependencies"] = dependencies;
+    }
+    c
+}
+
+#[test]
+fn version_two_envelopes_round_trip_and_union_into_version_two() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+    let store = EmbeddedStore::open(dir.path()).expect("open");
+    let text = "the registry mirror needs a token before npm ci";
+    // A version-2 record round-trips exactly, GitHub reads included.
+    let first = sealed_with(
+        &scope,
+        Candidate::fact(text, "slack:C1:1"),
+        with_reads("run1", &["call2", "call1"]),
+    );
+    store
+        .write(
+            &scope,
+            std::slice::from_ref(&first),
+            &WriteOptions::default(),
+        )
+        .expect("insert");
+    let r = &store.list(&scope, &ListQuery::newest(1)).expect("list")[0];
+    assert!(valid(r), "{r:?}");
+    assert_eq!(r.provenance, first.provenance, "stored as sent");
+
+    // A version-1 dedup onto it keeps version 2 and both sides' leaves.
+    let v1 = sealed_with(&scope, Candidate::fact(text, "slack:C1:2"), known("run2"));
+    store
+        .write(&scope, &[v1], &WriteOptions::default())
+        .expect("dedup");
+    let r = &store.list(&scope, &ListQuery::newest(1)).expect("list")[0];
+    assert!(valid(r), "{r:?}");
+    let d = &r.provenance.as_ref().expect("provenance")["dependencies"];
+    assert_eq!(d["version"], 2);
+    assert_eq!(d["status"], "known");
+    assert_eq!(d["origins"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        d["executionGithub"][0]["callId"], "call1",
+        "reads are kept in [runId, callId] order: {d}"
+    );
+
+    // A version-2 restate with a conflicting read for the same call is an equivocation.
+    let id = r.id.clone();
+    let mut conflicting = with_reads("run1", &["call1"]);
+    conflicting["executionGithub"][0]["resultHash"] = json!("c".repeat(64));
+    let restate = sealed_with(
+        &scope,
+        Candidate::fact("npm ci needs the mirror token first", "slack:C1:3").restating(&id),
+        conflicting,
+    );
+    store
+        .write(&scope, &[restate], &WriteOptions::default())
+        .expect("restate");
+    let r = &store.list(&scope, &ListQuery::newest(1)).expect("list")[0];
+    assert!(valid(r), "{r:?}");
+    let d = &r.provenance.as_ref().expect("provenance")["dependencies"];
+    assert_eq!(
+        (d["status"].clone(), d["reason"].clone()),
+        (json!("unknown"), json!("equivocation"))
+    );
+    assert_eq!(d["version"], 2);
+
+    // A version-1 envelope carrying GitHub reads, even none, is refused with the Worker's words.
+    let mut bad = known("run3");
+    bad["executionGithub"] = json!([]);
+    let refused = sealed_with(&scope, Candidate::fact("another lesson", "slack:C1:4"), bad);
+    let err = store
+        .write(&scope, &[refused], &WriteOptions::default())
+        .expect_err("refused");
+    assert_eq!(
+        err.message(),
+        "records[0].provenance must be a bounded memory revision"
+    );
+    // And the store survives a reopen with its version-2 provenance intact.
+    store.close().expect("close");
+    let store = EmbeddedStore::open(dir.path()).expect("reopen");
+    for r in all(&store, &scope) {
+        assert!(valid(&r), "after reopen: {r:?}");
+    }
+}

@@ -134,3 +134,49 @@ fn every_recorded_answer_of_the_newest_reference_worker_is_answered_byte_for_byt
         mismatches.join("\n")
     );
 }
+
+#[test]
+fn a_keyword_with_a_lone_surrogate_survives_export_and_import_through_the_server() {
+    let serve = |dir: &std::path::Path| {
+        let store: Arc<dyn MemoryStore> = Arc::new(EmbeddedStore::open(dir).expect("open"));
+        let auth = Auth {
+            token: Some(REFERENCE_TOKEN.into()),
+            read_token: None,
+            open: false,
+        };
+        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("start")
+    };
+    let (a, b) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (first, second) = (serve(a.path()), serve(b.path()));
+    let body = br#"{"scopeKey":"org:kw","records":[{"kind":"fact","text":"kw \udc00 test","keywords":["x\udc00y"],"sourceThreadKey":"t"}]}"#;
+    assert_eq!(exchange(first.addr(), "/write", body).0, 200);
+    let remote = |s: &Background| {
+        lessons::remote::RemoteStore::new(
+            &s.url(),
+            Some(REFERENCE_TOKEN.into()),
+            Duration::from_secs(10),
+        )
+        .expect("client")
+    };
+    let mut records = Vec::new();
+    remote(&first)
+        .export(&mut |r| {
+            records.push(r);
+            Ok(())
+        })
+        .expect("export");
+    assert_eq!(records.len(), 1);
+    remote(&second).import(&records).expect("import");
+    let list = br#"{"scopeKey":"org:kw","limit":5}"#;
+    let (status, answer) = exchange(second.addr(), "/list", list);
+    assert_eq!(status, 200);
+    let answer = String::from_utf8(answer).expect("UTF-8");
+    let want = format!(
+        "\"text\":\"kw {} test\",\"keywords\":[\"x\\udc00y\"]",
+        "\u{FFFD}".repeat(3)
+    );
+    assert!(answer.contains(&want), "{answer}");
+}
