@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -309,14 +309,27 @@ fn idle_slow_and_excess_connections_are_closed_and_logged() {
         .as_bytes(),
     );
     std::thread::sleep(Duration::from_millis(200));
-    // Every slot is taken: the next connections are closed at once, not left hanging.
-    let mut excess = connect_and_send(port, b"");
+    // Every slot is taken: a new connection displaces the one quiet longest (the first idle
+    // socket) and is answered; nothing is left hanging.
+    let mut next = connect_and_send(
+        port,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    next.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let mut answer = String::new();
+    let _ = next.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(
-        closed_within(&mut excess, Duration::from_secs(1)),
-        "a connection past the cap is closed at once"
+        closed_within(&mut idle[0], Duration::from_secs(1)),
+        "the connection quiet longest made room"
     );
     // The silent ones are closed after the idle timeout (2 s), freeing the slots.
-    for s in idle.iter_mut().chain([&mut slow_header, &mut slow_body]) {
+    for s in idle
+        .iter_mut()
+        .skip(1)
+        .chain([&mut slow_header, &mut slow_body])
+    {
         assert!(
             closed_within(s, Duration::from_secs(5)),
             "a silent connection stays open"
@@ -334,6 +347,115 @@ fn idle_slow_and_excess_connections_are_closed_and_logged() {
     let log = std::fs::read_to_string(&log_path).expect("log");
     assert!(log.contains("connection limit reached"), "{log}");
     assert!(log.contains("silent too long"), "{log}");
+}
+
+/// One request on a fresh connection; how long until its whole answer came back, if it did.
+fn timed_request(port: u16, request: &[u8], within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(within)).ok()?;
+    s.write_all(request).ok()?;
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    answer
+        .starts_with(b"HTTP/1.1 200")
+        .then(|| started.elapsed())
+}
+
+#[test]
+fn sockets_held_open_and_silent_do_not_starve_a_client_with_requests() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut child = crate::util::start_serve(
+        &tmp.path().join("store"),
+        port,
+        TOKEN,
+        &["--max-connections", "32", "--idle-timeout", "30"],
+        &[],
+        Stdio::null(),
+    );
+    // More silent sockets than slots, each opened again as soon as it is closed.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holders: Vec<_> = (0..40)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    };
+                    let _ = closed_within(&mut s, Duration::from_millis(500));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let body = r#"{"scopeKey":"org:acme","limit":5}"#;
+    let request = format!(
+        "POST /list HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let tries = 60;
+    let answered = (0..tries)
+        .filter(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            timed_request(port, request.as_bytes(), Duration::from_secs(1)).is_some()
+        })
+        .count();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in holders {
+        let _ = h.join();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("answered within 1 s beside 40 silent sockets at 32 slots: {answered} of {tries}");
+    assert!(
+        answered * 100 >= tries * 95,
+        "answered within 1 s: {answered} of {tries}"
+    );
+}
+
+#[test]
+fn a_slow_export_reader_gets_every_record() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("store");
+    {
+        let store = EmbeddedStore::open(&dir).expect("open");
+        let records: Vec<Record> = (0..2_000).map(|i| big_record("org:big", i)).collect();
+        store.import(&records).expect("import");
+        store.close().expect("close");
+    }
+    let port = free_port();
+    let mut child = crate::util::start_serve(
+        &dir,
+        port,
+        TOKEN,
+        &["--idle-timeout", "2"],
+        &[],
+        Stdio::null(),
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.write_all(format!("POST /export HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}").as_bytes())
+        .expect("send");
+    // The reader stalls far longer than the idle timeout while 8 MB wait to be read.
+    std::thread::sleep(Duration::from_secs(6));
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        raw.ends_with(b"0\r\n\r\n"),
+        "the chunked answer ends with its terminator"
+    );
+    let text = String::from_utf8_lossy(&raw);
+    assert_eq!(
+        text.matches("\"id\":\"mem:org:big:").count(),
+        2_000,
+        "every record arrives"
+    );
 }
 
 fn server_over(store: Arc<dyn MemoryStore>) -> Background {
