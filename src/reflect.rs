@@ -131,7 +131,9 @@ pub fn reflection_prompt(shown: &[Record], transcript: &str) -> ExtractorPrompt 
     } else {
         input.push_str("Records the run was shown (refer to them by handle):\n");
         for (h, r) in handles.iter().zip(shown) {
-            let text = redact_secrets(&r.text).replace(['\n', '\r'], " ");
+            // One line, whatever the record holds: a control or a line separator in a text
+            // from chat cannot start a line that looks like another handle.
+            let text = crate::text::one_line(&redact_secrets(&r.text));
             input.push_str(&format!("[{}] ({}) {}\n", h.handle, r.kind.as_str(), text));
         }
     }

@@ -77,11 +77,7 @@ pub fn normalize(text: &str) -> String {
 /// assert_eq!(lessons::text::sanitize("a\u{0}<b>\n&c"), "a &lt;b&gt; &amp;c");
 /// ```
 pub fn sanitize(text: &str) -> String {
-    let spaced: String = text
-        .chars()
-        .map(|c| if is_control(c) { ' ' } else { c })
-        .collect();
-    let collapsed = collapse_whitespace(&spaced);
+    let collapsed = one_line(text);
     let mut out = String::with_capacity(collapsed.len());
     for c in collapsed.chars() {
         match c {
@@ -107,6 +103,16 @@ pub fn utf16_len(text: &str) -> usize {
     } else {
         text.chars().map(char::len_utf16).sum()
     }
+}
+
+/// `text` on one line: control characters (U+0000–U+001F, U+007F–U+009F, U+2028, U+2029)
+/// become spaces and whitespace collapses, as [`sanitize`] does, without escaping `&<>`.
+pub fn one_line(text: &str) -> String {
+    let spaced: String = text
+        .chars()
+        .map(|c| if is_control(c) { ' ' } else { c })
+        .collect();
+    collapse_whitespace(&spaced)
 }
 
 fn is_control(c: char) -> bool {

@@ -52,43 +52,99 @@ pub struct ImportArgs {
     pub file: Option<PathBuf>,
 }
 
+/// One line of an export: a record or a journal entry.
+enum ImportLine {
+    Record(Box<Record>),
+    Decision(Box<lessons::Decision>),
+}
+
+/// Reads one line of an export (`None` for a blank one), checked as the store will check it.
+fn import_line(n: usize, line: &str) -> Result<Option<ImportLine>, Failure> {
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    if line.trim_start().starts_with("{\"decision\"") {
+        #[derive(serde::Deserialize)]
+        struct Line {
+            decision: lessons::Decision,
+        }
+        let l: Line = from_js_line(line)
+            .map_err(|e| Failure::Usage(format!("line {n}: not a journal entry: {e}")))?;
+        l.decision
+            .validate()
+            .map_err(|e| Failure::Usage(format!("line {n}: {e}")))?;
+        return Ok(Some(ImportLine::Decision(Box::new(l.decision))));
+    }
+    let r: Record =
+        from_js_line(line).map_err(|e| Failure::Usage(format!("line {n}: not a record: {e}")))?;
+    r.validate()
+        .map_err(|e| Failure::Usage(format!("line {n}: {e}")))?;
+    Ok(Some(ImportLine::Record(Box::new(r))))
+}
+
+/// Records and journal entries written per store call: an import of any size holds this
+/// many lines at a time, never its whole input.
+const IMPORT_CHUNK: usize = 1_000;
+
 pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
-    let reader: Box<dyn BufRead> = match &args.file {
-        Some(p) => Box::new(io::BufReader::new(
+    let open = |p: &Path| -> Result<Box<dyn BufRead>, Failure> {
+        Ok(Box::new(io::BufReader::new(
             std::fs::File::open(p).map_err(|e| Failure::Usage(format!("{}: {e}", p.display())))?,
-        )),
+        )))
+    };
+    // A file is read twice: every line is checked before anything is written, so bad input
+    // writes nothing. Standard input is read once; a bad line stops the import there and the
+    // message says what was written (import again after fixing it: present ids are skipped).
+    if let Some(p) = &args.file {
+        for (n, line) in open(p)?.lines().enumerate() {
+            let line = line.map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
+            import_line(n + 1, &line)?;
+        }
+    }
+    let reader: Box<dyn BufRead> = match &args.file {
+        Some(p) => open(p)?,
         None => Box::new(io::BufReader::new(io::stdin())),
     };
-    let mut records = Vec::new();
-    let mut decisions = Vec::new();
-    for (n, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        if line.trim_start().starts_with("{\"decision\"") {
-            #[derive(serde::Deserialize)]
-            struct Line {
-                decision: lessons::Decision,
-            }
-            let l: Line = from_js_line(&line)
-                .map_err(|e| Failure::Usage(format!("line {}: not a journal entry: {e}", n + 1)))?;
-            l.decision
-                .validate()
-                .map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
-            decisions.push(l.decision);
-            continue;
-        }
-        let r: Record = from_js_line(&line)
-            .map_err(|e| Failure::Usage(format!("line {}: not a record: {e}", n + 1)))?;
-        r.validate()
-            .map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))?;
-        records.push(r);
-    }
     let handle = open_handle(cli, true)?;
     let store = handle.store();
-    let report = store.import(&records).map_err(fail)?;
-    let journaled = store.import_decisions(&decisions).map_err(fail)?;
+    let mut report = lessons::store::ImportReport::default();
+    let mut journaled = 0u64;
+    let mut records: Vec<Record> = Vec::with_capacity(IMPORT_CHUNK);
+    let mut decisions: Vec<lessons::Decision> = Vec::new();
+    let flush = |records: &mut Vec<Record>,
+                 decisions: &mut Vec<lessons::Decision>,
+                 report: &mut lessons::store::ImportReport,
+                 journaled: &mut u64|
+     -> Result<(), Failure> {
+        let r = store.import(records).map_err(fail)?;
+        report.imported += r.imported;
+        report.skipped += r.skipped;
+        *journaled += store.import_decisions(decisions).map_err(fail)?;
+        records.clear();
+        decisions.clear();
+        Ok(())
+    };
+    for (n, line) in reader.lines().enumerate() {
+        let read = line
+            .map_err(|e| Failure::Usage(format!("line {}: {e}", n + 1)))
+            .and_then(|l| import_line(n + 1, &l));
+        match read {
+            Ok(Some(ImportLine::Record(r))) => records.push(*r),
+            Ok(Some(ImportLine::Decision(d))) => decisions.push(*d),
+            Ok(None) => {}
+            Err(Failure::Usage(why)) if report.imported + report.skipped + journaled > 0 => {
+                return Err(Failure::Usage(format!(
+                    "{why} (imported {} records and {journaled} journal entries before it; fix the line and import again: records already present are skipped)",
+                    report.imported
+                )));
+            }
+            Err(f) => return Err(f),
+        }
+        if records.len() + decisions.len() >= IMPORT_CHUNK {
+            flush(&mut records, &mut decisions, &mut report, &mut journaled)?;
+        }
+    }
+    flush(&mut records, &mut decisions, &mut report, &mut journaled)?;
     handle.close()?;
     let mut o = out();
     if cli.json {

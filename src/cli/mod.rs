@@ -183,6 +183,29 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 }
 
 /// Writes `line` and a newline; a closed pipe becomes a [`Failure`] that [`run`] treats as done.
+/// Text read from the store (record texts and sources come from chat), made safe for a
+/// terminal: control characters (C0 but tab, DEL, C1) and the bidirectional controls are
+/// written as `\u{…}` escapes, so a record cannot move the cursor, ring the bell, rewrite a
+/// line or reorder what a person reads. For human output only: `--json` is the server's bytes.
+pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    };
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub(crate) fn emit(out: &mut impl Write, line: &str) -> Result<(), Failure> {
     // A keyword may carry a lone surrogate (in its private form, U+FDD0 first); it is written
     // as JavaScript writes it.

@@ -79,7 +79,7 @@ pub fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
                     age as f64 / 86_400_000.0
                 ));
             }
-            emit(&mut o, &line)?;
+            emit(&mut o, &super::printable(&line))?;
             for (i, t) in d.texts.iter().enumerate() {
                 let label = match (d.event, i) {
                     (DecisionEvent::Restated, 1) => "  target: ",
@@ -87,7 +87,8 @@ pub fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
                     (DecisionEvent::Superseded, 1) => "  new: ",
                     _ => "  ",
                 };
-                emit(&mut o, &format!("{label}{}", t.replace('\n', " ")))?;
+                let text = format!("{label}{}", t.replace('\n', " "));
+                emit(&mut o, &super::printable(&text))?;
             }
         }
     }
@@ -126,7 +127,9 @@ pub fn review(cli: &Cli, args: &ReviewArgs) -> Result<Outcome, Failure> {
         let v = serde_json::to_value(&review).map_err(|e| Failure::Usage(e.to_string()))?;
         emit(&mut o, &v.to_string())?;
     } else {
-        o.write_all(lessons::review::render(&review).as_bytes())?;
+        for line in lessons::review::render(&review).lines() {
+            emit(&mut o, &super::printable(line))?;
+        }
     }
     o.flush()?;
     Ok(if review.fired() {

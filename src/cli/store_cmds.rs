@@ -268,14 +268,15 @@ pub(super) fn read_stdin() -> Result<String, Failure> {
 
 /// One record as a person reads it: id, kind, date, text, source.
 pub fn human_record(r: &Record) -> String {
-    format!(
+    let line = format!(
         "{}  {}  {}  {}  (source: {})",
         r.id,
         r.kind.as_str(),
         lessons::store::format_day(day_of(r.created_at)),
         lessons::text::sanitize(&r.text),
         r.source_thread_key
-    )
+    );
+    super::printable(&line).into_owned()
 }
 
 fn print_records(cli: &Cli, records: &[Record]) -> Result<(), Failure> {

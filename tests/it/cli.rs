@@ -468,3 +468,66 @@ fn export_into_a_pipe_closed_after_one_line_exits_zero() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn terminal_escapes_in_stored_text_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let store = store.to_str().expect("utf-8");
+    // Record texts and sources come from chat: one holding ESC, BEL, CR and a bidi override.
+    let hostile = r#"[{"kind":"fact","text":"clear the screen \u001b[2J\u0007 then\r lie \u202e drawkcab","sourceThreadKey":"slack:C1:\u001b]0;pwned\u0007"},
+                      {"kind":"fact","text":"PR 12 was merged \u001b[31m","sourceThreadKey":"t"}]"#;
+    let w = run(
+        &["--store", store, "write", "--scope", "repo:acme/app"],
+        hostile,
+    );
+    assert_eq!(w.status.code(), Some(0), "{}", stderr(&w));
+    for args in [
+        vec!["list", "--scope", "repo:acme/app"],
+        vec![
+            "retrieve",
+            "--scope",
+            "repo:acme/app",
+            "--query",
+            "screen lie merged",
+        ],
+        vec!["journal", "--scope", "repo:acme/app"],
+    ] {
+        let mut all = vec!["--store", store];
+        all.extend(args.iter().copied());
+        let out = run(&all, "");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        assert!(
+            !text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+            "{args:?} printed a control character: {text:?}"
+        );
+        assert!(text.contains("drawkcab"), "{args:?}: {text}");
+    }
+    // The extractor sees each shown record on one line of its own.
+    let prompt = run(
+        &[
+            "--store",
+            store,
+            "prompt",
+            "--org",
+            "acme",
+            "--repo",
+            "acme/app",
+            "--request",
+            "clear the screen",
+            "--answer",
+            "ok",
+        ],
+        "",
+    );
+    assert_eq!(prompt.status.code(), Some(0), "{}", stderr(&prompt));
+    let text = stdout(&prompt);
+    let shown_line = text
+        .lines()
+        .find(|l| l.contains("clear the screen") && l.starts_with('['))
+        .expect("the record is shown");
+    assert!(shown_line.contains("drawkcab"), "{text}");
+}

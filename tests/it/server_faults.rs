@@ -299,7 +299,13 @@ fn idle_slow_and_excess_connections_are_closed_and_logged() {
     // Let the probe connections above be closed as idle before filling the slots.
     std::thread::sleep(Duration::from_millis(2500));
 
-    let mut idle: Vec<TcpStream> = (0..6).map(|_| connect_and_send(port, b"")).collect();
+    // Opened a little apart, so the first is the one quiet longest.
+    let mut idle: Vec<TcpStream> = (0..6)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            connect_and_send(port, b"")
+        })
+        .collect();
     let mut slow_header = connect_and_send(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
     let mut slow_body = connect_and_send(
         port,

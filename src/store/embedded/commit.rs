@@ -23,6 +23,18 @@ pub(super) struct Tx {
 #[must_use]
 pub(super) struct Ticket(Option<u64>);
 
+impl Ticket {
+    /// The later of two positions: waiting on it waits for both (one fsync covers every batch
+    /// appended before it).
+    pub(super) fn and(self, other: Ticket) -> Ticket {
+        Ticket(self.0.max(other.0))
+    }
+
+    pub(super) fn none() -> Ticket {
+        Ticket(None)
+    }
+}
+
 /// Group commit: writers append their batch to the journal, then one fsync covers every batch
 /// appended before it started.
 #[derive(Default)]
@@ -52,7 +64,11 @@ impl Shared {
         let mut last = self.batches.lock();
         let number = *last + 1;
         batch.insert(&self.ks.meta, codec::LAST_BATCH, number.to_be_bytes());
-        batch.commit()?;
+        if let Err(e) = batch.commit() {
+            self.write_failed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(e);
+        }
         *last = number;
         Ok(())
     }
@@ -101,7 +117,31 @@ impl Shared {
                 state.synced = state.synced.max(target);
             }
             self.synced.notify_all();
+            if result.is_err() {
+                self.write_failed
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             result.map_err(st("syncing the journal"))?;
+        }
+    }
+
+    /// Waits while the index changes not yet committed are more than a bound: every one holds
+    /// its record's text until the indexer commits it, so a writer faster than the indexer (a
+    /// large import) would otherwise grow memory without limit. Called after a write's scope
+    /// lock is released.
+    pub(super) fn index_backpressure(&self) {
+        let bound = self.commit_every.saturating_mul(8).max(4096);
+        let mut ops = self.ops.lock();
+        // A failing index (a full disk) keeps its changes for the next open: no point waiting.
+        while ops.changes > bound
+            && !self.stop.load(std::sync::atomic::Ordering::SeqCst)
+            && !self
+                .index_degraded
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.wake.notify_one();
+            self.drained
+                .wait_for(&mut ops, std::time::Duration::from_millis(100));
         }
     }
 
@@ -156,9 +196,8 @@ impl Shared {
         let wake = {
             let mut ops = self.ops.lock();
             ops.in_flight.remove(&op);
-            ops.queue.extend(ops_for_index);
-            ops.pending.insert(op, docs);
-            ops.pending.len() >= self.commit_every
+            ops.add(op, ops_for_index, docs);
+            ops.changes >= self.commit_every
         };
         if wake {
             self.wake.notify_one();

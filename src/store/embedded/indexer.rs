@@ -25,6 +25,27 @@ pub(super) struct Ops {
     pub(super) pending: BTreeMap<u64, Vec<PendingDoc>>,
     /// Index changes of pending operations not yet handed to the index writer.
     pub(super) queue: Vec<IndexOp>,
+    /// Index changes (documents added or removed) of the pending operations, and per operation.
+    pub(super) changes: usize,
+    pub(super) changes_of: BTreeMap<u64, usize>,
+}
+
+impl Ops {
+    /// Registers a durable operation whose index changes wait for the next commit.
+    pub(super) fn add(&mut self, op: u64, changes: Vec<IndexOp>, docs: Vec<PendingDoc>) {
+        self.changes += changes.len();
+        self.changes_of.insert(op, changes.len());
+        self.queue.extend(changes);
+        self.pending.insert(op, docs);
+    }
+
+    /// Forgets an operation a committed index now answers for.
+    fn remove(&mut self, op: u64) {
+        self.pending.remove(&op);
+        if let Some(n) = self.changes_of.remove(&op) {
+            self.changes = self.changes.saturating_sub(n);
+        }
+    }
 }
 
 /// A record whose index document is staged but not committed.
@@ -65,7 +86,7 @@ impl Shared {
             {
                 // `stop` is set under this lock, so the check and the wait cannot miss it.
                 let mut ops = self.ops.lock();
-                if !self.stop.load(Ordering::SeqCst) && ops.pending.len() < self.commit_every {
+                if !self.stop.load(Ordering::SeqCst) && ops.changes < self.commit_every {
                     self.wake.wait_for(&mut ops, self.commit_interval);
                 }
             }
@@ -114,8 +135,9 @@ impl Shared {
             .map_err(st("trimming the index outbox"))?;
         let mut ops = self.ops.lock();
         for op in covered {
-            ops.pending.remove(&op);
+            ops.remove(op);
         }
+        self.drained.notify_all();
         Ok(())
     }
 

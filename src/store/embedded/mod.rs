@@ -117,6 +117,8 @@ struct Shared {
     /// Held while the index is staged and committed.
     committing: Mutex<()>,
     wake: Condvar,
+    /// Signalled when a commit drained index changes (see `index_backpressure`).
+    drained: Condvar,
     stop: AtomicBool,
     /// Set when staging or committing the index failed; the outbox keeps the gap for the next
     /// open and `doctor` reports it.
@@ -126,6 +128,9 @@ struct Shared {
     damage: Mutex<Option<evidence::Damage>>,
     /// The number of the last batch committed (see `commit_batch`).
     batches: Mutex<u64>,
+    /// A write or a sync of the records failed (a full disk): fjall takes no more writes, and a
+    /// close must not wait for a flush that cannot happen.
+    write_failed: AtomicBool,
     /// Acknowledge a write only after its batch is fsynced.
     sync_writes: bool,
     sync: Mutex<SyncState>,
@@ -198,6 +203,10 @@ impl EmbeddedStore {
     }
 
     fn open_with(b: EmbeddedStoreBuilder, dir: &Path) -> Result<EmbeddedStore> {
+        Self::open_checked(b, dir).map_err(|e| explain_with_the_disk(e, dir))
+    }
+
+    fn open_checked(b: EmbeddedStoreBuilder, dir: &Path) -> Result<EmbeddedStore> {
         if !(1..=MAX_CAP).contains(&b.cap) {
             return Err(Error::invalid(format!(
                 "cap must be between 1 and {MAX_CAP}"
@@ -299,10 +308,12 @@ impl EmbeddedStore {
             ops: Mutex::new(Ops::default()),
             committing: Mutex::new(()),
             wake: Condvar::new(),
+            drained: Condvar::new(),
             stop: AtomicBool::new(false),
             index_degraded: AtomicBool::new(false),
             damage: Mutex::new(damage),
             batches: Mutex::new(last_batch),
+            write_failed: AtomicBool::new(false),
             sync_writes: b.durability == Durability::Sync,
             sync: Mutex::new(SyncState::default()),
             synced: Condvar::new(),
@@ -414,13 +425,12 @@ impl EmbeddedStore {
         // Records still only in memtables live only in the journal, which every open replays
         // and which is the only copy if the journal is lost. Flushed to tables, a clean store
         // opens without replaying them and survives the loss of its journal.
-        for ks in s.ks.all() {
-            if let Err(e) = ks.rotate_memtable_and_wait() {
-                log::warn!(
-                    "[store] records were left in the journal at close: {}",
-                    crate::error::describe_fjall(&e)
-                );
-            }
+        if s.write_failed.load(Ordering::SeqCst) {
+            log::warn!(
+                "[store] a write failed at the disk: records stay in the journal, which the next open replays"
+            );
+        } else {
+            flush_memtables(s);
         }
         s.db.persist(PersistMode::SyncAll)
             .map_err(st("persisting the journal"))?;
@@ -447,6 +457,64 @@ impl Drop for EmbeddedStore {
         if self.indexer.is_some() {
             let _ = self.close_inner();
         }
+    }
+}
+
+/// Moves every keyspace's memtable into a table, waiting at most a few seconds: a flush that
+/// cannot finish (the disk filled since the last write) must not hold a close forever, and
+/// what it did not flush the journal still holds. (fjall's own `rotate_memtable_and_wait`
+/// waits without a bound.)
+fn flush_memtables(shared: &Shared) {
+    for ks in shared.ks.all() {
+        if let Err(e) = ks.rotate_memtable() {
+            log::warn!(
+                "[store] records were left in the journal at close: {}",
+                crate::error::describe_fjall(&e)
+            );
+            return;
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while shared
+        .ks
+        .all()
+        .iter()
+        .any(|ks| ks.sealed_memtable_count() > 0)
+    {
+        if std::time::Instant::now() > deadline {
+            log::warn!(
+                "[store] moving the records into tables did not finish in 10 s; the journal keeps them"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// An open that failed in the engines may have failed for the disk: tantivy reports a full disk
+/// as "an index writer was killed", fjall sometimes as a poisoned database. When a small write
+/// to the store's directory fails too, the error says what the disk said.
+fn explain_with_the_disk(e: Error, dir: &Path) -> Error {
+    if !matches!(e.kind(), ErrorKind::Index | ErrorKind::Storage) || e.io_kind().is_some() {
+        return e;
+    }
+    let probe = dir.join(".disk-probe");
+    let written = std::fs::File::create(&probe).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(&[0u8; 256 << 10])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&probe);
+    match written {
+        Ok(()) => e,
+        Err(io) => Error::new(
+            ErrorKind::Storage,
+            format!(
+                "{} (the disk refused a write: {io}; free space, then open the store again: every acknowledged write is kept)",
+                e.message()
+            ),
+        )
+        .with_source(io),
     }
 }
 

@@ -45,6 +45,7 @@ impl MemoryStore for EmbeddedStore {
         let ticket = s.apply_plan(scope, &meta, &valid, &plan, &loaded, now, options)?;
         drop(guard);
         s.wait_durable(ticket)?;
+        s.index_backpressure();
         Ok(plan.counts)
     }
 
@@ -380,6 +381,9 @@ impl MemoryStore for EmbeddedStore {
             skipped: repeats,
             ..ImportReport::default()
         };
+        // One batch per scope, and one fsync for them all at the end: an import acknowledges
+        // nothing before it returns.
+        let mut durable = super::commit::Ticket::none();
         for (scope, list) in groups {
             let lock = s.scope_lock(scope);
             let guard = lock.lock();
@@ -407,10 +411,11 @@ impl MemoryStore for EmbeddedStore {
             }
             tx.batch
                 .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-            let ticket = s.commit_with_outbox(scope, tx, ops)?;
+            durable = durable.and(s.commit_with_outbox(scope, tx, ops)?);
             drop(guard);
-            s.wait_durable(ticket)?;
         }
+        s.wait_durable(durable)?;
+        s.index_backpressure();
         Ok(report)
     }
 
