@@ -160,6 +160,7 @@ fn escape_into(t: &str, out: &mut String) {
 /// A JSON text read as it streams in, with each lone surrogate escape rewritten to its
 /// [`lone`] encoding (and a literal U+FDD0 escaped), so serde reads it as `JSON.parse` would:
 /// for an answer too large to hold whole, such as an export.
+#[cfg(any(test, feature = "remote"))]
 pub(crate) struct JsReader<R> {
     inner: R,
     /// Read but not yet rewritten: at most an escape pair or a character.
@@ -171,6 +172,7 @@ pub(crate) struct JsReader<R> {
     eof: bool,
 }
 
+#[cfg(any(test, feature = "remote"))]
 impl<R: std::io::Read> JsReader<R> {
     pub(crate) fn new(inner: R) -> JsReader<R> {
         JsReader {
@@ -257,6 +259,7 @@ impl<R: std::io::Read> JsReader<R> {
     }
 }
 
+#[cfg(any(test, feature = "remote"))]
 impl<R: std::io::Read> std::io::Read for JsReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.at == self.out.len() {

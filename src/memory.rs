@@ -58,7 +58,7 @@ pub fn build_context(
     if let Some(repo) = &run.repo {
         if config.repo_window > 0 {
             match store.window(repo, config.repo_window) {
-                Ok(records) => window = records.to_vec(),
+                Ok(records) => window = records.to_records(),
                 Err(e) => ctx.warnings.push(format!(
                     "[memory] repo window read failed ({}); continuing without the window",
                     e
@@ -119,7 +119,7 @@ pub fn shown_set(
 ) -> Result<Vec<Record>> {
     let mut shown: Vec<Record> = Vec::new();
     if let (Some(repo), true) = (&run.repo, config.repo_window > 0) {
-        shown.extend_from_slice(&store.window(repo, config.repo_window)?);
+        shown.extend(store.window(repo, config.repo_window)?.to_records());
     }
     let query = format!("{request} {answer}");
     let query = head_utf16(&query, SHOWN_QUERY_UNITS);

@@ -256,10 +256,10 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
     }
 }
 
-/// `{records}` over borrowed records: [`RecordsAnswer`]'s bytes without owning them.
+/// `{records}` over shared records: [`RecordsAnswer`]'s bytes without copying them.
 #[derive(serde::Serialize)]
 struct SharedRecords<'a> {
-    records: &'a [crate::Record],
+    records: &'a [std::sync::Arc<crate::Record>],
 }
 
 fn text(answer: &impl serde::Serialize) -> crate::Result<String> {

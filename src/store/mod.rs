@@ -104,20 +104,26 @@ impl ListQuery {
 
 /// A scope's newest facts, newest first, shared with the store that read them.
 ///
-/// The embedded store keeps each read scope's window decoded until the next commit to the scope,
-/// and a `Window` points into that copy: reading it copies no record, and a later write builds a
-/// new window rather than changing this one, so a `Window` never changes while it is held.
+/// The embedded store keeps each scope's window decoded and up to date with every commit, and a
+/// `Window` points into it: reading it copies no record (each is shared, `Arc<Record>`), and a
+/// later write builds a new window rather than changing this one, so a `Window` never changes
+/// while it is held.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Window {
-    records: Arc<Vec<Record>>,
+    records: Arc<Vec<Arc<Record>>>,
     len: usize,
 }
 
 impl Window {
     /// The first `limit` of `records` (all of them if fewer).
-    pub fn new(records: Arc<Vec<Record>>, limit: usize) -> Window {
+    pub fn new(records: Arc<Vec<Arc<Record>>>, limit: usize) -> Window {
         let len = limit.min(records.len());
         Window { records, len }
+    }
+
+    /// The records, copied out.
+    pub fn to_records(&self) -> Vec<Record> {
+        self.iter().map(|r| Record::clone(r)).collect()
     }
 }
 
@@ -125,16 +131,16 @@ impl From<Vec<Record>> for Window {
     fn from(records: Vec<Record>) -> Window {
         let len = records.len();
         Window {
-            records: Arc::new(records),
+            records: Arc::new(records.into_iter().map(Arc::new).collect()),
             len,
         }
     }
 }
 
 impl std::ops::Deref for Window {
-    type Target = [Record];
+    type Target = [Arc<Record>];
 
-    fn deref(&self) -> &[Record] {
+    fn deref(&self) -> &[Arc<Record>] {
         // `len <= records.len()` by construction; `get` keeps that unprovable step panic-free.
         self.records.get(..self.len).unwrap_or(&[])
     }

@@ -34,6 +34,8 @@ const WORDS: [&str; 10] = [
 struct Cand {
     summary: bool,
     words: Vec<usize>,
+    /// Appended to the text: distinct texts let a scope grow past its window's 50 facts.
+    tag: Option<u16>,
     restates: Option<(usize, u64)>,
     supersedes: Option<(usize, u64)>,
     confidence: Option<f64>,
@@ -68,36 +70,46 @@ enum Op {
 }
 
 fn pointer() -> impl Strategy<Value = Option<(usize, u64)>> {
-    prop::option::weighted(0.4, (0..3usize, 0..12u64))
+    prop::option::weighted(0.4, (0..3usize, 0..80u64))
 }
 
 fn cand() -> impl Strategy<Value = Cand> {
     (
         prop::bool::weighted(0.15),
         prop::collection::vec(0..WORDS.len(), 1..3),
+        prop::option::weighted(0.5, 0..400u16),
         pointer(),
         pointer(),
         prop::option::of(0.0..=1.0f64),
     )
-        .prop_map(|(summary, words, restates, supersedes, confidence)| Cand {
-            summary,
-            words,
-            restates,
-            supersedes,
-            confidence,
-        })
+        .prop_map(
+            |(summary, words, tag, restates, supersedes, confidence)| Cand {
+                summary,
+                words,
+                tag,
+                restates,
+                supersedes,
+                confidence,
+            },
+        )
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..3usize, prop::collection::vec(cand(), 0..5), 2..10usize)
             .prop_map(|(scope, cands, cap)| Op::Write { scope, cands, cap }),
-        1 => (0..3usize, (0..3usize, 0..12u64)).prop_map(|(scope, target)| Op::Forget { scope, target }),
+        // Scopes past the window's 50 facts: forgets, sweeps, supersedes and evictions then
+        // take facts out of a full window, which must be filled from the records.
+        4 => (prop::collection::vec(cand(), 10..25), 55..70usize)
+            .prop_map(|(cands, cap)| Op::Write { scope: 0, cands, cap }),
+        2 => (0..3usize, (0..3usize, 0..80u64)).prop_map(|(scope, target)| Op::Forget { scope, target }),
         1 => (0..3usize, any::<bool>()).prop_map(|(scope, dry_run)| Op::Sweep { scope, dry_run }),
         2 => (0..3usize, prop::collection::vec(0..WORDS.len(), 1..4))
             .prop_map(|(scope, words)| Op::Retrieve { scope, words }),
         2 => (0..3usize, prop::option::of(any::<bool>()), 1..50usize)
             .prop_map(|(scope, kind, limit)| Op::List { scope, kind, limit }),
+        2 => (prop::option::of(any::<bool>()), 45..=50usize)
+            .prop_map(|(kind, limit)| Op::List { scope: 0, kind, limit }),
         2 => (1..200_000_000i64).prop_map(Op::Advance),
         1 => Just(Op::Reopen),
     ]
@@ -108,7 +120,10 @@ fn id((s, seq): (usize, u64)) -> String {
 }
 
 fn candidate(c: &Cand) -> Candidate {
-    let text: Vec<&str> = c.words.iter().map(|&w| WORDS[w]).collect();
+    let mut text: Vec<String> = c.words.iter().map(|&w| WORDS[w].to_owned()).collect();
+    if let Some(tag) = c.tag {
+        text.push(format!("step {tag}"));
+    }
     let mut out = if c.summary {
         Candidate::summary(text.join(" "), "thread")
     } else {
@@ -246,6 +261,7 @@ fn regression_restate_then_supersede_in_one_write() {
             cands: vec![Cand {
                 summary: false,
                 words: vec![0],
+                tag: None,
                 restates: None,
                 supersedes: None,
                 confidence: Some(0.5),
@@ -258,6 +274,7 @@ fn regression_restate_then_supersede_in_one_write() {
                 Cand {
                     summary: false,
                     words: vec![1],
+                    tag: None,
                     restates: Some((0, 0)),
                     supersedes: None,
                     confidence: Some(0.9),
@@ -265,6 +282,7 @@ fn regression_restate_then_supersede_in_one_write() {
                 Cand {
                     summary: false,
                     words: vec![0],
+                    tag: None,
                     restates: None,
                     supersedes: Some((0, 0)),
                     confidence: None,
@@ -272,6 +290,7 @@ fn regression_restate_then_supersede_in_one_write() {
                 Cand {
                     summary: false,
                     words: vec![2],
+                    tag: None,
                     restates: None,
                     supersedes: Some((0, 0)),
                     confidence: None,

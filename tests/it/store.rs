@@ -893,7 +893,7 @@ fn the_window_follows_every_change_to_its_scope() {
         let window = |store: &dyn MemoryStore| -> Vec<(String, u64)> {
             let listed = store.list(&repo, &ListQuery::window(24)).expect("list");
             let shared = store.window(&repo, 24).expect("window");
-            assert_eq!(listed, shared.to_vec());
+            assert_eq!(listed, shared.to_records());
             listed.into_iter().map(|r| (r.text, r.use_count)).collect()
         };
         let w = |t: &str| Candidate::fact(t, "t");
@@ -963,6 +963,94 @@ fn the_window_follows_every_change_to_its_scope() {
             let e = store.window(&repo, bad).expect_err("limit out of range");
             assert_eq!(e.kind(), lessons::ErrorKind::Invalid, "{e}");
         }
+    });
+}
+
+/// The newest `n` active facts of `scope`, read through `export` (which never uses the window).
+fn newest_facts(store: &dyn MemoryStore, scope: &lessons::ScopeKey, n: usize) -> Vec<String> {
+    let mut facts = Vec::new();
+    store
+        .export(&mut |r| {
+            if &r.scope_key == scope && r.kind == Kind::Fact && r.status == Status::Active {
+                facts.push(r);
+            }
+            Ok(())
+        })
+        .expect("export");
+    facts.sort_by_key(|r| std::cmp::Reverse(r.seq()));
+    facts.into_iter().take(n).map(|r| r.id).collect()
+}
+
+#[test]
+fn a_full_window_is_filled_again_from_the_records_when_facts_leave_it() {
+    each(|store, clock| {
+        let repo = scope("repo:acme/full");
+        let cap = WriteOptions {
+            cap: Some(1_000),
+            ..WriteOptions::default()
+        };
+        for batch in 0..4 {
+            let cands: Vec<Candidate> = (0..20)
+                .map(|i| {
+                    let n = batch * 20 + i;
+                    if n % 7 == 3 {
+                        Candidate::fact(format!("PR {n} was merged"), "t")
+                    } else {
+                        Candidate::fact(format!("lesson {n}: warm cache {n}"), "t")
+                    }
+                })
+                .collect();
+            store.write(&repo, &cands, &cap).expect("write");
+            clock.advance(1_000);
+        }
+        let check = |store: &dyn MemoryStore, what: &str| {
+            let window: Vec<String> = store
+                .window(&repo, 50)
+                .expect("window")
+                .iter()
+                .map(|r| r.id.clone())
+                .collect();
+            assert_eq!(window, newest_facts(store, &repo, 50), "after {what}");
+        };
+        check(store, "the writes");
+        // Forgets inside the window: it reaches further back.
+        for seq in [79, 60, 45] {
+            assert!(store.forget(&repo, &repo.record_id(seq)).expect("forget"));
+            check(store, "a forget");
+        }
+        // A supersede of a window member, and a new fact.
+        let fix = Candidate::fact("lesson 50 corrected", "t").superseding(repo.record_id(50));
+        store.write(&repo, &[fix], &cap).expect("write");
+        check(store, "a supersede");
+        // A sweep takes every status line out at once.
+        assert!(store.sweep(&repo, false).expect("sweep").swept > 5);
+        check(store, "a sweep");
+        // Evictions at a small cap take the least recently used (the oldest) out.
+        let small = WriteOptions {
+            cap: Some(40),
+            ..WriteOptions::default()
+        };
+        store
+            .write(&repo, &[Candidate::fact("the newest lesson", "t")], &small)
+            .expect("write");
+        check(store, "evictions");
+        // Retrieve bumps records inside the window; the window shows the new counts.
+        store.retrieve(&repo, "warm cache", 10).expect("retrieve");
+        let counts: Vec<u64> = store
+            .window(&repo, 50)
+            .expect("window")
+            .iter()
+            .map(|r| r.use_count)
+            .collect();
+        let listed: Vec<u64> = store
+            .list(&repo, &ListQuery::newest(50))
+            .expect("list")
+            .iter()
+            .filter(|r| r.kind == Kind::Fact)
+            .map(|r| r.use_count)
+            .collect();
+        assert_eq!(counts, listed);
+        assert!(counts.iter().any(|&c| c > 0));
     });
 }
 

@@ -30,6 +30,7 @@ pub struct EmbeddedStoreBuilder {
     pub(super) cache_bytes: u64,
     pub(super) journal_days: u32,
     pub(super) journal_cap: usize,
+    pub(super) scope_cache: super::scopes::Bounds,
 }
 
 /// The default block cache: enough for the hot windows of a few hundred scopes.
@@ -46,6 +47,7 @@ impl Default for EmbeddedStoreBuilder {
             cache_bytes: DEFAULT_CACHE_BYTES,
             journal_days: crate::decisions::DEFAULT_JOURNAL_DAYS,
             journal_cap: crate::decisions::DEFAULT_JOURNAL_CAP,
+            scope_cache: super::scopes::Bounds::default(),
         }
     }
 }
@@ -90,6 +92,18 @@ impl EmbeddedStoreBuilder {
     /// records as at 2,500 while the blocks they touch fit in it.
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = bytes;
+        self
+    }
+
+    /// What the store keeps in memory per scope (the decoded window, the eviction order, the
+    /// FTS totals, the checked bookkeeping, the write lock): at most `scopes` scopes and about
+    /// `bytes` bytes, least recently used dropped first (default 16,384 scopes, 192 MiB). A
+    /// dropped scope's state is read again from its records on next need.
+    pub fn scope_cache(mut self, scopes: usize, bytes: usize) -> Self {
+        self.scope_cache = super::scopes::Bounds {
+            max_scopes: scopes.max(1),
+            max_bytes: bytes,
+        };
         self
     }
 

@@ -1,22 +1,54 @@
 //! Group commit: a write's batch goes to the journal, then one fsync covers every batch
 //! appended before it; and the outbox entry that ties a write to its index changes.
 
+use std::sync::Arc;
+
 use fjall::{OwnedWriteBatch, PersistMode};
 
-use super::super::codec::{self};
+use super::super::codec::{self, ScopeMeta};
 use super::indexer::PendingDoc;
-use super::records::LruKey;
+use super::order::LruKey;
+use super::scopes::Scope;
 use super::{st, Shared};
 use crate::error::Result;
+use crate::fts::FtsDoc;
 use crate::index::IndexOp;
-use crate::model::ScopeKey;
+use crate::model::{Kind, Record, ScopeKey};
 
-/// One scope's batch being built, with the eviction-order edits to apply once it commits.
+/// One scope's batch being built, with what it changes in the scope's active set.
 pub(super) struct Tx {
     pub(super) batch: OwnedWriteBatch,
-    pub(super) lru: Vec<(Option<LruKey>, Option<LruKey>)>,
-    /// Records entering (`true`) or leaving the active set, for the scope's FTS totals.
-    pub(super) fts: Vec<(bool, crate::fts::FtsDoc)>,
+    /// Records entering, changing or leaving the active set, in order: the commit applies them
+    /// to the scope's derived state (window, eviction order, FTS totals).
+    pub(super) changes: Vec<Change>,
+    /// The scope's bookkeeping after this batch, when the batch changes it.
+    pub(super) meta: Option<ScopeMeta>,
+    /// Whether the scope's FTS totals are loaded, so a leaving record's document is needed.
+    fts: bool,
+}
+
+/// One record's change in a scope's active set.
+pub(super) struct Change {
+    pub(super) seq: u64,
+    /// What it was, if it was active.
+    pub(super) old: Option<Old>,
+    /// What it is now (its status says whether it is still active); `None`: it left.
+    pub(super) new: Option<Arc<Record>>,
+}
+
+/// What a record that was active leaves behind in the derived state.
+pub(super) struct Old {
+    pub(super) kind: Kind,
+    pub(super) lru: LruKey,
+    /// Its FTS document, when the scope's FTS totals are loaded and it leaves the active set.
+    pub(super) fts: Option<FtsDoc>,
+}
+
+impl Tx {
+    /// What `r` (active, about to leave the active set) leaves behind.
+    pub(super) fn old(&self, r: &Record, seq: u64) -> Old {
+        super::records::old_of(r, seq, self.fts)
+    }
 }
 
 /// A journal position to wait on for durability (`None`: the store does not fsync writes).
@@ -48,11 +80,13 @@ pub(super) struct SyncState {
 }
 
 impl Shared {
-    pub(super) fn tx(&self) -> Tx {
+    /// A transaction on `state`'s scope (the caller holds its write lock).
+    pub(super) fn tx(&self, state: &Scope) -> Tx {
         Tx {
             batch: self.db.batch(),
-            lru: Vec::new(),
-            fts: Vec::new(),
+            changes: Vec::new(),
+            meta: None,
+            fts: state.derived().fts.is_some(),
         }
     }
 
@@ -153,40 +187,55 @@ impl Shared {
         op
     }
 
-    /// Commits `batch` (durably) with an outbox entry naming the records of `ops_for_index`
-    /// (when any), stages those index changes, and registers them as pending.
+    /// Commits `tx` with an outbox entry naming the records of `ops_for_index` (when any),
+    /// applies its changes to the scope's derived state, and registers the index changes as
+    /// pending. The caller holds the scope's write lock; the returned ticket says when the
+    /// batch is durable.
     pub(super) fn commit_with_outbox(
         &self,
         scope: &ScopeKey,
+        state: &Scope,
         tx: Tx,
         ops_for_index: Vec<IndexOp>,
     ) -> Result<Ticket> {
         let Tx {
             mut batch,
-            lru,
-            fts,
+            changes,
+            meta,
+            ..
         } = tx;
-        if ops_for_index.is_empty() {
-            let ticket = self.append(batch)?;
-            self.apply_lru(scope, lru);
-            self.apply_fts(scope, fts);
-            return Ok(ticket);
+        if let Some(m) = meta {
+            batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&m)?);
         }
-        let op = self.allocate_op();
-        let ids: Vec<&str> = ops_for_index.iter().map(IndexOp::id).collect();
-        let result = codec::encode(&ids).and_then(|v| {
-            batch.insert(&self.ks.outbox, op.to_be_bytes(), v);
-            self.append(batch)
-        });
+        let op = (!ops_for_index.is_empty()).then(|| self.allocate_op());
+        let result = match op {
+            Some(op) => {
+                let ids: Vec<&str> = ops_for_index.iter().map(IndexOp::id).collect();
+                codec::encode(&ids).and_then(|v| {
+                    batch.insert(&self.ks.outbox, op.to_be_bytes(), v);
+                    self.append(batch)
+                })
+            }
+            None => self.append(batch),
+        };
         let ticket = match result {
             Ok(t) => t,
             Err(e) => {
-                self.ops.lock().in_flight.remove(&op);
+                if let Some(op) = op {
+                    self.ops.lock().in_flight.remove(&op);
+                }
                 return Err(e);
             }
         };
-        self.apply_lru(scope, lru);
-        self.apply_fts(scope, fts);
+        // The batch is visible: the derived state follows it before anyone is answered. A
+        // refill that fails to read drops the window, which the next read loads again.
+        if let Err(e) = self.apply_changes(scope, state, &changes, meta) {
+            self.scopes.update(scope, state, |d| d.window = None);
+            log::warn!("[store] {scope}: the window is read again on next need: {e}");
+        }
+        let Some(op) = op else {
+            return Ok(ticket);
+        };
         // The writer never touches tantivy: the indexer thread stages and commits, so a write
         // never waits behind an index commit. Until then `pending` answers for it.
         let docs: Vec<PendingDoc> = ops_for_index

@@ -102,8 +102,8 @@ impl Shared {
         let mut changed = 0;
         let problems = self.norm_problems()?;
         for scope in self.all_scopes()? {
-            let lock = self.scope_lock(&scope);
-            let _guard = lock.lock();
+            let state = self.scopes.get(&scope);
+            let _guard = state.write.lock();
             let derived = self.derive_meta(&scope)?;
             let stored = self.stored_meta(&scope)?;
             let mut batch = self.db.batch();
@@ -150,10 +150,9 @@ impl Shared {
             }
             let ticket = self.append(batch)?;
             self.wait_durable(ticket)?;
-            self.verified.lock().insert(scope.clone());
-            // The eviction order is rebuilt from the records on next need.
-            self.lru.lock().remove(&scope);
-            self.windows.lock().remove(&scope);
+            // Everything derived from the scope is read again from its records on next need.
+            self.scopes
+                .update(&scope, &state, |d| *d = Default::default());
         }
         Ok(changed)
     }
@@ -357,6 +356,8 @@ impl Shared {
         }
         let ticket = self.append(batch)?;
         self.wait_durable(ticket)?;
+        // The bookkeeping changed outside the write path: what memory holds is read again.
+        self.scopes.reset_all();
         *self.damage.lock() = None;
         log::warn!(
             "[store] accepted the loss of {} acknowledged record(s); their ids are never handed out again",

@@ -21,13 +21,17 @@
 mod builder;
 mod commit;
 mod decisions;
+mod derived;
 mod doctor;
 mod evidence;
 mod indexer;
 mod ops;
+mod order;
 mod records;
+mod scopes;
+mod totals;
+mod window;
 
-use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,23 +49,11 @@ use crate::model::ScopeKey;
 use crate::plan::MAX_CAP;
 use commit::SyncState;
 use indexer::Ops;
-use records::LruKey;
+use scopes::Scopes;
 
-/// How many scopes' windows stay decoded in memory (each at most `WINDOW_LEN` facts).
-const WINDOW_SCOPES: usize = 1024;
-/// The newest facts a scope's cached window holds: any fact list without a query up to the
-/// largest limit is answered from it.
+/// The newest facts a scope's window holds: any fact list without a query up to the largest
+/// limit is answered from it.
 const WINDOW_LEN: usize = crate::store::MAX_LIMIT;
-
-/// How many scopes' eviction orders stay in memory (each one key per active record, about
-/// 25 KB for a 500-record scope, so at most about 100 MB); a write that evicts in a scope past
-/// them reads the scope's records again to rebuild its order. Sized above the windows' bound
-/// because an order is needed by every write at the cap, and a rebuild reads the whole scope.
-const LRU_SCOPES: usize = 4096;
-
-/// How many scopes' FTS totals stay in memory (each is one count per distinct term of the
-/// scope); a scope past them is counted again from its records on its next retrieve.
-const FTS_SCOPES: usize = 256;
 
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
@@ -100,19 +92,8 @@ struct Shared {
     db: Database,
     ks: Keyspaces,
     index: KeywordIndex,
-    scope_locks: Mutex<HashMap<ScopeKey, Arc<Mutex<()>>>>,
-    /// Scopes whose bookkeeping was checked against their records since open (see
-    /// `scope_meta`).
-    verified: Mutex<std::collections::HashSet<ScopeKey>>,
-    /// Per-scope eviction order, loaded on first need (see `eviction_head`), at most
-    /// `LRU_SCOPES` of them.
-    lru: Mutex<HashMap<ScopeKey, BTreeSet<LruKey>>>,
-    /// Per-scope FTS totals for retrieve's `bm25()`, loaded on first need (see `fts_stats`),
-    /// at most `fts_scopes` of them.
-    fts: Mutex<HashMap<ScopeKey, Arc<records::ScopeFts>>>,
-    fts_scopes: usize,
-    /// Per-scope newest facts, decoded (see `window`), at most `WINDOW_SCOPES` of them.
-    windows: Mutex<crate::text::FnvMap<ScopeKey, Arc<Vec<crate::model::Record>>>>,
+    /// Each scope's write lock and its derived state, bounded (see `scopes`).
+    scopes: Scopes,
     ops: Mutex<Ops>,
     /// Held while the index is staged and committed.
     committing: Mutex<()>,
@@ -299,12 +280,7 @@ impl EmbeddedStore {
             db,
             ks,
             index: opened.index,
-            scope_locks: Mutex::new(HashMap::new()),
-            verified: Mutex::new(std::collections::HashSet::new()),
-            lru: Mutex::new(HashMap::new()),
-            fts: Mutex::new(HashMap::new()),
-            fts_scopes: FTS_SCOPES,
-            windows: Mutex::new(crate::text::FnvMap::default()),
+            scopes: Scopes::new(b.scope_cache),
             ops: Mutex::new(Ops::default()),
             committing: Mutex::new(()),
             wake: Condvar::new(),
@@ -387,19 +363,16 @@ impl EmbeddedStore {
     /// lost are never handed out again (salvage).
     pub(crate) fn reserve_ids(&self, scope: &ScopeKey, next_seq: u64) -> Result<()> {
         let s = &*self.shared;
-        let lock = s.scope_lock(scope);
-        let _guard = lock.lock();
-        let meta = s.scope_meta(scope)?;
+        let state = s.scopes.get(scope);
+        let guard = state.write.lock();
+        let meta = s.scope_meta(scope, &state)?;
         if meta.next_seq >= next_seq {
             return Ok(());
         }
-        let mut batch = s.db.batch();
-        batch.insert(
-            &s.ks.scopes,
-            scope.as_str(),
-            codec::encode(&codec::ScopeMeta { next_seq, ..meta })?,
-        );
-        let ticket = s.append(batch)?;
+        let mut tx = s.tx(&state);
+        tx.meta = Some(codec::ScopeMeta { next_seq, ..meta });
+        let ticket = s.commit_with_outbox(scope, &state, tx, Vec::new())?;
+        drop(guard);
         s.wait_durable(ticket)
     }
 

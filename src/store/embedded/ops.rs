@@ -36,13 +36,18 @@ impl MemoryStore for EmbeddedStore {
             return Ok(WriteCounts::default());
         }
         s.refuse_if_damaged()?;
-        let lock = s.scope_lock(scope);
-        let guard = lock.lock();
+        let state = s.scopes.get(scope);
+        let guard = state.write.lock();
         let now = (s.clock)();
-        let meta = s.scope_meta(scope)?;
-        let (snapshot, loaded) = s.read_for_plan(scope, &meta, &valid, cap)?;
+        let meta = s.scope_meta(scope, &state)?;
+        let (snapshot, loaded) = s.read_for_plan(scope, &state, &meta, &valid, cap)?;
         let plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
-        let ticket = s.apply_plan(scope, &meta, &valid, &plan, &loaded, now, options)?;
+        let at = Target {
+            scope,
+            state: &state,
+            meta: &meta,
+        };
+        let ticket = s.apply_plan(at, &valid, &plan, &loaded, now, options)?;
         drop(guard);
         s.wait_durable(ticket)?;
         s.index_backpressure();
@@ -56,7 +61,7 @@ impl MemoryStore for EmbeddedStore {
         let s = &*self.shared;
         // The window (newest facts, no query) comes from the scope's decoded window.
         if query.is_window() && query.limit <= super::WINDOW_LEN {
-            return Ok(Window::new(s.window(scope)?, query.limit).to_vec());
+            return Ok(Window::new(s.window(scope)?, query.limit).to_records());
         }
         let keep = |r: &Record| filter.keeps(r);
         let mut out = Vec::with_capacity(query.limit);
@@ -148,7 +153,8 @@ impl MemoryStore for EmbeddedStore {
         // scores it: the committed index answers for most, and writes staged since its last
         // commit answer for themselves (the indexer reloads the searcher before it forgets a
         // pending write, so every acknowledged write is in one of the two; a pending one wins).
-        let stats = s.fts_stats(scope)?;
+        let state = s.scopes.get(scope);
+        let stats = s.fts_stats(scope, &state)?;
         let pending: Vec<crate::index::Hit> = s
             .ops
             .lock()
@@ -214,11 +220,10 @@ impl MemoryStore for EmbeddedStore {
                 .collect());
         }
         // Bump under the scope lock, re-reading each record: a write may have changed it.
-        let lock = s.scope_lock(scope);
-        let _guard = lock.lock();
-        // Usage bumps are not worth an fsync each: they survive a process crash, and a power
-        // loss costs at most the last bumps, never a record.
-        let mut tx = s.tx();
+        let _guard = state.write.lock();
+        // Usage bumps are not worth an fsync each (nobody waits on this batch's ticket): they
+        // survive a process crash, and a power loss costs at most the last bumps.
+        let mut tx = s.tx(&state);
         let mut out = Vec::with_capacity(ranked.len());
         let mut unbumped = Vec::with_capacity(ranked.len());
         for r in ranked {
@@ -235,13 +240,10 @@ impl MemoryStore for EmbeddedStore {
         }
         // A read must answer even when its bump cannot be written (a full disk): the bump is
         // bookkeeping, the records are the answer. The failure is logged, not returned.
-        match s.commit_batch(tx.batch) {
-            Ok(()) => s.apply_lru(scope, tx.lru),
+        match s.commit_with_outbox(scope, &state, tx, Vec::new()) {
+            Ok(_unwaited) => {}
             Err(e) => {
-                log::warn!(
-                    "[store] {scope}: retrieve answered without recording its use: {}",
-                    crate::error::describe_fjall(&e)
-                );
+                log::warn!("[store] {scope}: retrieve answered without recording its use: {e}");
                 for (r, bumped) in out.iter_mut().zip(&unbumped) {
                     *r = bumped.clone();
                 }
@@ -267,18 +269,17 @@ impl MemoryStore for EmbeddedStore {
             return Ok(false);
         }
         s.refuse_if_damaged()?;
-        let lock = s.scope_lock(scope);
-        let guard = lock.lock();
+        let state = s.scopes.get(scope);
+        let guard = state.write.lock();
         let Some(old) = s.load_active(scope, seq)? else {
             return Ok(false);
         };
         let now = (s.clock)();
-        let mut meta = s.scope_meta(scope)?;
-        let mut tx = s.tx();
+        let mut meta = s.scope_meta(scope, &state)?;
+        let mut tx = s.tx(&state);
         s.retire(&mut tx, &old, &with_status(&old, Status::Forgotten), seq)?;
         meta.active = meta.active.saturating_sub(1);
-        tx.batch
-            .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        tx.meta = Some(meta);
         s.add_day(&mut tx.batch, scope, now, |d| d.forgotten += 1)?;
         s.journal(
             &mut tx.batch,
@@ -288,8 +289,12 @@ impl MemoryStore for EmbeddedStore {
                 DecisionEvent::Forgotten,
             )],
         )?;
-        let ticket =
-            s.commit_with_outbox(scope, tx, vec![IndexOp::Delete { id: old.id.clone() }])?;
+        let ticket = s.commit_with_outbox(
+            scope,
+            &state,
+            tx,
+            vec![IndexOp::Delete { id: old.id.clone() }],
+        )?;
         drop(guard);
         s.wait_durable(ticket)?;
         Ok(true)
@@ -297,8 +302,8 @@ impl MemoryStore for EmbeddedStore {
 
     fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
         let s = &*self.shared;
-        let lock = s.scope_lock(scope);
-        let guard = lock.lock();
+        let state = s.scopes.get(scope);
+        let guard = state.write.lock();
         let mut marked = Vec::new();
         for g in s.ks.active.prefix(codec::active_prefix(scope, Kind::Fact)) {
             let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
@@ -317,8 +322,8 @@ impl MemoryStore for EmbeddedStore {
         }
         s.refuse_if_damaged()?;
         let now = (s.clock)();
-        let mut meta = s.scope_meta(scope)?;
-        let mut tx = s.tx();
+        let mut meta = s.scope_meta(scope, &state)?;
+        let mut tx = s.tx(&state);
         let mut ops = Vec::new();
         for r in &marked {
             let Some(seq) = r.seq() else { continue };
@@ -326,15 +331,14 @@ impl MemoryStore for EmbeddedStore {
             ops.push(IndexOp::Delete { id: r.id.clone() });
         }
         meta.active = meta.active.saturating_sub(marked.len() as u64);
-        tx.batch
-            .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
+        tx.meta = Some(meta);
         s.add_day(&mut tx.batch, scope, now, |d| d.swept += receipt.swept)?;
         let swept: Vec<_> = marked
             .iter()
             .map(|r| super::decisions::of_retire(now, r, DecisionEvent::Swept))
             .collect();
         s.journal(&mut tx.batch, &swept)?;
-        let ticket = s.commit_with_outbox(scope, tx, ops)?;
+        let ticket = s.commit_with_outbox(scope, &state, tx, ops)?;
         drop(guard);
         s.wait_durable(ticket)?;
         Ok(receipt)
@@ -385,10 +389,10 @@ impl MemoryStore for EmbeddedStore {
         // nothing before it returns.
         let mut durable = super::commit::Ticket::none();
         for (scope, list) in groups {
-            let lock = s.scope_lock(scope);
-            let guard = lock.lock();
-            let mut meta = s.scope_meta(scope)?;
-            let mut tx = s.tx();
+            let state = s.scopes.get(scope);
+            let guard = state.write.lock();
+            let mut meta = s.scope_meta(scope, &state)?;
+            let mut tx = s.tx(&state);
             let mut ops = Vec::new();
             for (seq, r) in list {
                 if s.load_any(scope, seq)?.is_some() {
@@ -409,9 +413,8 @@ impl MemoryStore for EmbeddedStore {
                 meta.next_seq = meta.next_seq.max(seq + 1);
                 report.imported += 1;
             }
-            tx.batch
-                .insert(&s.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-            durable = durable.and(s.commit_with_outbox(scope, tx, ops)?);
+            tx.meta = Some(meta);
+            durable = durable.and(s.commit_with_outbox(scope, &state, tx, ops)?);
             drop(guard);
         }
         s.wait_durable(durable)?;
@@ -459,6 +462,7 @@ impl Shared {
     fn read_for_plan(
         &self,
         scope: &ScopeKey,
+        state: &super::scopes::Scope,
         meta: &ScopeMeta,
         valid: &[ValidCandidate],
         cap: usize,
@@ -497,7 +501,7 @@ impl Shared {
             snapshot.by_norm.insert(norm.clone(), hits);
         }
         if needs.eviction_head > 0 {
-            for seq in s.eviction_head(scope, needs.eviction_head)? {
+            for seq in s.eviction_head(scope, state, needs.eviction_head)? {
                 if let Some(r) = s.load_active(scope, seq)? {
                     snapshot.eviction_head.push(Shared::meta_of(&r, seq));
                     loaded.insert(seq, r);
@@ -510,11 +514,9 @@ impl Shared {
 
     /// Turns a plan into one transaction (records, bookkeeping, the day's counters, the
     /// outbox entry) and appends it; returns the ticket to wait on for durability.
-    #[allow(clippy::too_many_arguments)]
     fn apply_plan(
         &self,
-        scope: &ScopeKey,
-        meta: &ScopeMeta,
+        at: Target<'_>,
         valid: &[ValidCandidate],
         plan: &plan::Plan,
         loaded: &HashMap<u64, Record>,
@@ -522,7 +524,8 @@ impl Shared {
         options: &WriteOptions,
     ) -> Result<Ticket> {
         let s = self;
-        let mut tx = s.tx();
+        let Target { scope, state, meta } = at;
+        let mut tx = s.tx(state);
         let mut index_ops: Vec<IndexOp> = Vec::new();
         let mut active = meta.active;
         let provenance = merged_provenance(scope, valid, plan, loaded);
@@ -608,8 +611,7 @@ impl Shared {
             active,
         };
         if new_meta != *meta {
-            tx.batch
-                .insert(&s.ks.scopes, scope.as_str(), codec::encode(&new_meta)?);
+            tx.meta = Some(new_meta);
         }
         s.add_day(&mut tx.batch, scope, now, |d| {
             d.add_write(&plan.counts, summaries, options.tally.as_ref())
@@ -618,8 +620,17 @@ impl Shared {
             &mut tx.batch,
             &super::decisions::of_write(scope, now, valid, plan, loaded, &options.rejected),
         )?;
-        s.commit_with_outbox(scope, tx, index_ops)
+        s.commit_with_outbox(scope, state, tx, index_ops)
     }
+}
+
+/// The scope a write applies to: its key, its state in memory (whose write lock the writer
+/// holds) and its checked bookkeeping.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    scope: &'a ScopeKey,
+    state: &'a super::scopes::Scope,
+    meta: &'a ScopeMeta,
 }
 
 /// Each record's provenance after the write, for every record a candidate landed on: a dedup

@@ -1,0 +1,215 @@
+//! What the store keeps derived from each scope's records (see `scopes`): loaded on first need
+//! under the scope's write lock, and kept by every commit to the scope, before the commit is
+//! acknowledged.
+//!
+//! **Invariant:** a read after an acknowledged write sees that write: the commit updates the
+//! scope's derived state under the write lock, before the writer returns.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::super::codec::{self, ScopeMeta};
+use super::commit::Change;
+use super::order::{lru_key, EvictionOrder};
+use super::scopes::Scope;
+use super::totals::ScopeFts;
+use super::window::{Next, WindowData};
+use super::{st, Shared, WINDOW_LEN};
+use crate::error::Result;
+use crate::fts::FtsDoc;
+use crate::model::{Kind, Record, ScopeKey, Status};
+
+impl Shared {
+    /// A scope's bookkeeping, for a caller that holds the scope's write lock and is about to
+    /// write.
+    ///
+    /// The bookkeeping is derived data: the next sequence number must be above every record the
+    /// scope holds, and the active count must be the number of its active records. A damaged
+    /// journal or a lost flush can leave it behind its records, and a stale next sequence would
+    /// mint an id that already exists. So the first write to a scope after open (or after the
+    /// scope left memory) checks it against the records (a few seeks and one scan of at most
+    /// `cap` keys) and, when it disagrees, repairs it durably before anything else and logs
+    /// what it found. Later writes read it from memory.
+    pub(super) fn scope_meta(&self, scope: &ScopeKey, state: &Scope) -> Result<ScopeMeta> {
+        if let Some(meta) = state.derived().meta {
+            return Ok(meta);
+        }
+        let stored = self.stored_meta(scope)?;
+        let derived = self.derive_meta(scope)?;
+        let meta = stored.unwrap_or_default();
+        let repaired = ScopeMeta {
+            next_seq: meta.next_seq.max(derived.next_seq),
+            active: derived.active,
+        };
+        if repaired != meta && (stored.is_some() || repaired != ScopeMeta::default()) {
+            log::warn!(
+                "[store] {scope}: bookkeeping said next seq {} and {} active, its records say {} and {}; repaired",
+                meta.next_seq,
+                meta.active,
+                repaired.next_seq,
+                repaired.active
+            );
+            let mut batch = self.db.batch();
+            batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&repaired)?);
+            let ticket = self.append(batch)?;
+            self.wait_durable(ticket)?;
+        }
+        self.scopes
+            .update(scope, state, |d| d.meta = Some(repaired));
+        Ok(repaired)
+    }
+
+    /// The scope's FTS totals (active records, their tokens, each term's document count),
+    /// loaded from the records on first need and kept by every commit after.
+    pub(super) fn fts_stats(&self, scope: &ScopeKey, state: &Scope) -> Result<Arc<ScopeFts>> {
+        if let Some(stats) = state.derived().fts.clone() {
+            return Ok(stats);
+        }
+        let _write = state.write.lock();
+        if let Some(stats) = state.derived().fts.clone() {
+            return Ok(stats);
+        }
+        let mut stats = ScopeFts::default();
+        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
+            stats.apply(&FtsDoc::of(&r.text, &r.keywords), true);
+        }
+        let stats = Arc::new(stats);
+        self.scopes
+            .update(scope, state, |d| d.fts = Some(Arc::clone(&stats)));
+        Ok(stats)
+    }
+
+    /// The scope's newest `WINDOW_LEN` active facts, decoded and shared: kept up to date by
+    /// every commit to the scope, so a window read costs the same whether or not a write came
+    /// before it, whatever the size of the store.
+    pub(super) fn window(&self, scope: &ScopeKey) -> Result<Arc<Vec<Arc<Record>>>> {
+        let state = self.scopes.get(scope);
+        if let Some(w) = state.derived().window.as_ref() {
+            return Ok(w.shared());
+        }
+        let _write = state.write.lock();
+        if let Some(w) = state.derived().window.as_ref() {
+            return Ok(w.shared());
+        }
+        let facts = self.read_facts(scope, None, WINDOW_LEN + 1)?;
+        let window = Arc::new(WindowData::loaded(facts, WINDOW_LEN));
+        let shared = window.shared();
+        self.scopes
+            .update(scope, &state, |d| d.window = Some(window));
+        Ok(shared)
+    }
+
+    /// Up to `n` active facts of `scope`, newest first, starting after sequence number `after`.
+    fn read_facts(
+        &self,
+        scope: &ScopeKey,
+        after: Option<u64>,
+        n: usize,
+    ) -> Result<Vec<Arc<Record>>> {
+        let prefix = codec::active_prefix(scope, Kind::Fact);
+        // The first key after every key that starts with the prefix (its last byte, the kind,
+        // is 0 or 1, so it can be raised).
+        let mut end = prefix.clone();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let start = match after {
+            Some(seq) => Bound::Excluded(codec::active_key(scope, Kind::Fact, seq)),
+            None => Bound::Included(prefix.clone()),
+        };
+        let mut out = Vec::with_capacity(n);
+        for g in self.ks.active.range((start, Bound::Excluded(end))).take(n) {
+            let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            out.push(Arc::new(codec::decode_record(&v, Some(scope))?));
+        }
+        Ok(out)
+    }
+
+    /// The first `n` active records of `scope` in eviction order (the caller holds the scope's
+    /// write lock). The order is loaded from the records on first need.
+    pub(super) fn eviction_head(
+        &self,
+        scope: &ScopeKey,
+        state: &Scope,
+        n: usize,
+    ) -> Result<Vec<u64>> {
+        if let Some(order) = state.derived().order.as_ref() {
+            return Ok(order.head(n));
+        }
+        let mut order = EvictionOrder::default();
+        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
+            if let Some(seq) = r.seq() {
+                order.insert(lru_key(&r, seq));
+            }
+        }
+        let head = order.head(n);
+        self.scopes.update(scope, state, |d| d.order = Some(order));
+        Ok(head)
+    }
+
+    /// Applies a committed batch's changes to the scope's derived state (the caller holds the
+    /// scope's write lock, and the batch is visible to readers).
+    pub(super) fn apply_changes(
+        &self,
+        scope: &ScopeKey,
+        state: &Scope,
+        changes: &[Change],
+        meta: Option<ScopeMeta>,
+    ) -> Result<()> {
+        let current = state.derived().window.clone();
+        let window = match current {
+            Some(w) if changes.iter().any(touches_facts) => {
+                Some(match w.next(changes, WINDOW_LEN) {
+                    Next::Ready(w) => w,
+                    Next::Refill { kept, after } => {
+                        let more = self.read_facts(scope, after, WINDOW_LEN - kept.len() + 1)?;
+                        WindowData::refilled(kept, more, WINDOW_LEN)
+                    }
+                })
+            }
+            _ => None,
+        };
+        self.scopes.update(scope, state, |d| {
+            if meta.is_some() {
+                d.meta = meta;
+            }
+            if let Some(w) = window {
+                d.window = Some(Arc::new(w));
+            }
+            if let Some(order) = d.order.as_mut() {
+                for c in changes {
+                    let new = c
+                        .new
+                        .as_ref()
+                        .filter(|r| r.status == Status::Active)
+                        .map(|r| lru_key(r, c.seq));
+                    order.apply(c.old.as_ref().map(|o| o.lru), new);
+                }
+            }
+            if let Some(fts) = d.fts.as_mut() {
+                let fts = Arc::make_mut(fts);
+                for c in changes {
+                    if let Some(doc) = c.old.as_ref().and_then(|o| o.fts.as_ref()) {
+                        fts.apply(doc, false);
+                    }
+                    if c.old.is_none() {
+                        if let Some(r) = c.new.as_ref().filter(|r| r.status == Status::Active) {
+                            fts.apply(&FtsDoc::of(&r.text, &r.keywords), true);
+                        }
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+fn touches_facts(c: &Change) -> bool {
+    c.old.as_ref().is_some_and(|o| o.kind == Kind::Fact)
+        || c.new.as_ref().is_some_and(|r| r.kind == Kind::Fact)
+}

@@ -1,0 +1,46 @@
+//! A scope's eviction order: its active records, least recently used first.
+
+use std::collections::BTreeSet;
+
+use crate::model::Record;
+
+/// `(lastUsedAt ?? createdAt, createdAt, seq)`: least recently used, then older, then lower seq.
+pub(super) type LruKey = (i64, i64, u64);
+
+/// The eviction order of a record.
+pub(super) fn lru_key(r: &Record, seq: u64) -> LruKey {
+    (r.usage_time(), r.created_at, seq)
+}
+
+/// A scope's active records in eviction order, kept in memory: an on-disk usage index was
+/// measured first, and every bump and eviction left a tombstone at its head, so each eviction
+/// scan walked all earlier ones (a full scope's write slowed from 0.3 ms to 4 ms within a few
+/// thousand writes).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct EvictionOrder(BTreeSet<LruKey>);
+
+impl EvictionOrder {
+    pub(super) fn insert(&mut self, key: LruKey) {
+        self.0.insert(key);
+    }
+
+    /// Applies one record's move: out of its old place, into its new one.
+    pub(super) fn apply(&mut self, old: Option<LruKey>, new: Option<LruKey>) {
+        if let Some(k) = old {
+            self.0.remove(&k);
+        }
+        if let Some(k) = new {
+            self.0.insert(k);
+        }
+    }
+
+    /// The sequence numbers of the first `n` records to evict.
+    pub(super) fn head(&self, n: usize) -> Vec<u64> {
+        self.0.iter().take(n).map(|k| k.2).collect()
+    }
+
+    /// About how many bytes it holds.
+    pub(super) fn bytes(&self) -> usize {
+        self.0.len() * 40
+    }
+}
