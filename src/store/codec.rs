@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `active` | scope, 0, kind, !seq | record |
 //! | `retired` | scope, 0, seq | record |
-//! | `norms` | scope, 0, fnv1a64(normalized text), seq | empty |
+//! | `norms` | scope, 0, fnv1a64(normalized text) | the active records with that hash (seqs) |
 //! | `scopes` | scope | next seq, active count |
 //! | `counters` | day, scope | day counters |
 //! | `outbox` | operation | ids whose index entry must be refreshed |
@@ -26,6 +26,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::model::{Kind, Record, ScopeKey, Status};
+
+/// The store's layout version, in `meta` `format`. Version 1 kept one dedup key per record
+/// (`scope, 0, hash, seq`, found by a prefix scan); version 2 keeps one per normalized text,
+/// holding every active record with it, found by a point read. A version 1 store is upgraded
+/// in place at open.
+pub const STORE_FORMAT: u8 = 2;
 
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
 pub const LAST_BATCH: &str = "last batch";
@@ -105,16 +111,17 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-pub fn norm_prefix(scope: &ScopeKey, norm: &str) -> Vec<u8> {
-    let mut k = scope_prefix(scope.as_str(), 16);
+/// The dedup key of a normalized text in a scope: its value lists the active records whose
+/// text normalizes to a text with the same hash (confirmed against each record's text).
+pub fn norm_key(scope: &ScopeKey, norm: &str) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 8);
     k.extend_from_slice(&fnv1a64(norm.as_bytes()).to_be_bytes());
     k
 }
 
-pub fn norm_key(scope: &ScopeKey, norm: &str, seq: u64) -> Vec<u8> {
-    let mut k = norm_prefix(scope, norm);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+/// A dedup key's value: the sequence numbers it lists, ascending.
+pub fn decode_seqs(bytes: &[u8]) -> Result<Vec<u64>> {
+    decode(bytes, "a dedup key")
 }
 
 fn ordered(v: i64) -> [u8; 8] {

@@ -705,3 +705,86 @@ fn open_and_close_leave_no_temporary_files_in_the_index() {
         .collect();
     assert!(orphans.is_empty(), "{orphans:?}");
 }
+
+/// Copies `from` into `to`, recursively.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create");
+    for e in std::fs::read_dir(from).expect("read") {
+        let e = e.expect("entry");
+        let dest = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn a_format_1_store_opens_and_is_upgraded_in_place() {
+    // Written by the build before dedup keys became one per normalized text (format 1): two
+    // scopes, a dedup, two supersedes, a sweep, a retrieve, and two active records with the
+    // same text in org:acme.
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-format-1"),
+        dir.path(),
+    );
+    let before: Vec<Record> = {
+        let store = EmbeddedStore::open(dir.path()).expect("a format 1 store opens");
+        let health = store.check().expect("doctor");
+        assert!(health.is_ok(), "{health:?}");
+        let records = all_records(&store);
+        assert_eq!(records.len(), 8);
+        // Dedup goes through the new keys: the same lesson in other case and spacing.
+        let app = scope("repo:acme/app");
+        let counts = store
+            .write(
+                &app,
+                &[fact("RUN npm ci   before the license check")],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+        assert_eq!(counts.deduped, 1, "{counts:?}");
+        let org = scope("org:acme");
+        let counts = store
+            .write(
+                &org,
+                &[fact("the cache key includes the lockfile hash")],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+        assert_eq!(
+            counts.deduped, 1,
+            "two records share the text: the lower one is bumped"
+        );
+        store.close().expect("close");
+        records
+    };
+    let store = EmbeddedStore::open(dir.path()).expect("reopens as format 2");
+    assert!(store.check().expect("doctor").is_ok());
+    let after = all_records(&store);
+    for r in &before {
+        let now = after
+            .iter()
+            .find(|a| a.id == r.id)
+            .expect("every record is kept");
+        assert_eq!((&now.text, &now.status), (&r.text, &r.status));
+    }
+    let org = scope("org:acme");
+    let bumped = after
+        .iter()
+        .find(|r| r.id == org.record_id(1))
+        .expect("mem:org:acme:1");
+    assert_eq!(bumped.use_count, 2);
+    drop(store);
+    let raw = raw(dir.path());
+    let meta = raw
+        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+        .expect("meta");
+    assert_eq!(
+        meta.get("format").expect("read").as_deref(),
+        Some(&[2u8][..]),
+        "the store says format 2"
+    );
+}

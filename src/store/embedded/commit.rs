@@ -25,6 +25,8 @@ pub(super) struct Tx {
     pub(super) meta: Option<ScopeMeta>,
     /// Whether the scope's FTS totals are loaded, so a leaving record's document is needed.
     fts: bool,
+    /// Dedup keys this transaction edits, with their new values (written at commit).
+    pub(super) norms: std::collections::BTreeMap<Vec<u8>, Vec<u64>>,
 }
 
 /// One record's change in a scope's active set.
@@ -87,6 +89,7 @@ impl Shared {
             changes: Vec::new(),
             meta: None,
             fts: state.derived().fts.is_some(),
+            norms: std::collections::BTreeMap::new(),
         }
     }
 
@@ -202,10 +205,18 @@ impl Shared {
             mut batch,
             changes,
             meta,
+            norms,
             ..
         } = tx;
         if let Some(m) = meta {
             batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&m)?);
+        }
+        for (key, seqs) in norms {
+            if seqs.is_empty() {
+                batch.remove(&self.ks.norms, key);
+            } else {
+                batch.insert(&self.ks.norms, key, codec::encode(&seqs)?);
+            }
         }
         let op = (!ops_for_index.is_empty()).then(|| self.allocate_op());
         let result = match op {

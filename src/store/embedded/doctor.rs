@@ -52,55 +52,139 @@ impl Health {
 }
 
 impl Shared {
-    /// Dedup keys that disagree with the active records.
-    pub(super) fn norm_problems(&self) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
-        let mut out = Vec::new();
-        let snapshot = self.db.snapshot();
-        for g in snapshot.iter(&self.ks.active) {
+    /// The dedup keys `scope`'s active records call for: each normalized text's hash, listing
+    /// the records (with a dedup key) whose text normalizes to it.
+    fn wanted_dedup_keys(
+        &self,
+        snapshot: &fjall::Snapshot,
+        scope: Option<&ScopeKey>,
+    ) -> Result<std::collections::BTreeMap<Vec<u8>, Vec<u64>>> {
+        let mut wanted: std::collections::BTreeMap<Vec<u8>, Vec<u64>> = Default::default();
+        let records: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
+            Some(s) => Box::new(snapshot.prefix(&self.ks.active, codec::scope_key_prefix(s))),
+            None => Box::new(snapshot.iter(&self.ks.active)),
+        };
+        for g in records {
             let v = g.value().map_err(st("reading records"))?;
             let r = codec::decode_record(&v, None)?;
             let Some(seq) = r.seq() else { continue };
-            if !r.dedup_key {
-                continue;
-            }
-            let key = codec::norm_key(&r.scope_key, &normalize(&r.text), seq);
-            if snapshot
-                .get(&self.ks.norms, &key)
-                .map_err(st("reading the dedup index"))?
-                .is_none()
-            {
-                out.push((r.scope_key.clone(), seq, NormProblem::Missing));
+            if r.dedup_key {
+                wanted
+                    .entry(codec::norm_key(&r.scope_key, &normalize(&r.text)))
+                    .or_default()
+                    .push(seq);
             }
         }
+        for seqs in wanted.values_mut() {
+            seqs.sort_unstable();
+        }
+        Ok(wanted)
+    }
+
+    /// Dedup keys that disagree with the active records: (scope, the key's first listed or
+    /// wanted record, what is wrong).
+    pub(super) fn norm_problems(&self) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
+        let snapshot = self.db.snapshot();
+        let mut wanted = self.wanted_dedup_keys(&snapshot, None)?;
+        let mut out = Vec::new();
         for g in snapshot.iter(&self.ks.norms) {
-            let k = g.key().map_err(st("reading the dedup index"))?;
-            let (Some(seq), Some(scope)) = (codec::trailing_seq(&k), codec::scope_bytes(&k)) else {
-                continue;
-            };
-            let Some(scope) = std::str::from_utf8(scope)
-                .ok()
+            let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
+            let Some(scope) = codec::scope_bytes(&k)
+                .and_then(|b| std::str::from_utf8(b).ok())
                 .and_then(|n| ScopeKey::parse(n).ok())
             else {
                 continue;
             };
-            let holds = match self.load_active(&scope, seq)? {
-                Some(r) => {
-                    r.dedup_key && codec::norm_key(&scope, &normalize(&r.text), seq) == k.as_ref()
-                }
-                None => false,
+            let held = codec::decode_seqs(&v)?;
+            let want = wanted.remove(k.as_ref()).unwrap_or_default();
+            for &seq in held.iter().filter(|s| !want.contains(s)) {
+                out.push((scope.clone(), seq, NormProblem::Dangling));
+            }
+            for &seq in want.iter().filter(|s| !held.contains(s)) {
+                out.push((scope.clone(), seq, NormProblem::Missing));
+            }
+        }
+        for (k, seqs) in wanted {
+            let Some(scope) = codec::scope_bytes(&k)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .and_then(|n| ScopeKey::parse(n).ok())
+            else {
+                continue;
             };
-            if !holds {
-                out.push((scope, seq, NormProblem::Dangling));
+            for seq in seqs {
+                out.push((scope.clone(), seq, NormProblem::Missing));
             }
         }
         Ok(out)
+    }
+
+    /// Rewrites `scope`'s dedup keys from its active records into `batch`; returns how many
+    /// keys changed.
+    fn rewrite_dedup_keys(
+        &self,
+        batch: &mut fjall::OwnedWriteBatch,
+        scope: &ScopeKey,
+    ) -> Result<u64> {
+        let snapshot = self.db.snapshot();
+        let wanted = self.wanted_dedup_keys(&snapshot, Some(scope))?;
+        let mut changed = 0;
+        for g in snapshot.prefix(&self.ks.norms, codec::scope_key_prefix(scope)) {
+            let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
+            let held = codec::decode_seqs(&v).unwrap_or_default();
+            if wanted.get(k.as_ref()) != Some(&held) {
+                batch.remove(&self.ks.norms, k.to_vec());
+                changed += 1;
+            }
+        }
+        for (k, seqs) in wanted {
+            let current = snapshot
+                .get(&self.ks.norms, &k)
+                .map_err(st("reading the dedup index"))?
+                .map(|v| codec::decode_seqs(&v).unwrap_or_default());
+            if current.as_ref() != Some(&seqs) {
+                batch.insert(&self.ks.norms, k, codec::encode(&seqs)?);
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Upgrades a version 1 store in place: its dedup keys (one per record, found by prefix
+    /// scans) are replaced by version 2's (one per normalized text, found by a point read),
+    /// then the format says 2. Interrupted, it starts over at the next open: the keys are
+    /// derived from the records.
+    pub(super) fn upgrade_dedup_keys(&self) -> Result<()> {
+        log::info!(
+            "[store] upgrading {} to format {}: rebuilding its dedup keys",
+            self.dir.display(),
+            codec::STORE_FORMAT
+        );
+        self.ks
+            .norms
+            .clear()
+            .map_err(st("clearing the version 1 dedup keys"))?;
+        let snapshot = self.db.snapshot();
+        let wanted = self.wanted_dedup_keys(&snapshot, None)?;
+        let mut batch = self.db.batch();
+        let mut n = 0;
+        for (k, seqs) in wanted {
+            batch.insert(&self.ks.norms, k, codec::encode(&seqs)?);
+            n += 1;
+            if n % 10_000 == 0 {
+                let full = std::mem::replace(&mut batch, self.db.batch());
+                let ticket = self.append(full)?;
+                self.wait_durable(ticket)?;
+            }
+        }
+        batch.insert(&self.ks.meta, "format", [codec::STORE_FORMAT]);
+        let ticket = self.append(batch)?;
+        self.wait_durable(ticket)
     }
 
     /// Rewrites every scope's bookkeeping and dedup keys from its records, one scope at a time
     /// under its lock. Returns how many entries it changed.
     pub(super) fn repair_bookkeeping(&self) -> Result<u64> {
         let mut changed = 0;
-        let problems = self.norm_problems()?;
         for scope in self.all_scopes()? {
             let state = self.scopes.get(&scope);
             let _guard = state.write.lock();
@@ -115,39 +199,7 @@ impl Shared {
                 batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&meta)?);
                 changed += 1;
             }
-            for (_, seq, problem) in problems.iter().filter(|(sc, _, _)| *sc == scope) {
-                match problem {
-                    NormProblem::Missing => {
-                        if let Some(r) = self.load_active(&scope, *seq)? {
-                            batch.insert(
-                                &self.ks.norms,
-                                codec::norm_key(&scope, &normalize(&r.text), *seq),
-                                [],
-                            );
-                            changed += 1;
-                        }
-                    }
-                    NormProblem::Dangling => {
-                        // The key's hash is unknown here: remove every key of this seq that
-                        // does not match the record's text.
-                        let wanted = match self.load_active(&scope, *seq)? {
-                            Some(r) if r.dedup_key => {
-                                Some(codec::norm_key(&scope, &normalize(&r.text), *seq))
-                            }
-                            _ => None,
-                        };
-                        for g in self.ks.norms.prefix(codec::scope_key_prefix(&scope)) {
-                            let k = g.key().map_err(st("reading the dedup index"))?;
-                            if codec::trailing_seq(&k) == Some(*seq)
-                                && wanted.as_deref() != Some(k.as_ref())
-                            {
-                                batch.remove(&self.ks.norms, k.to_vec());
-                                changed += 1;
-                            }
-                        }
-                    }
-                }
-            }
+            changed += self.rewrite_dedup_keys(&mut batch, &scope)?;
             let ticket = self.append(batch)?;
             self.wait_durable(ticket)?;
             // Everything derived from the scope is read again from its records on next need.
@@ -242,7 +294,7 @@ impl Shared {
                         format!("{} has no dedup key", scope.record_id(seq))
                     }
                     NormProblem::Dangling => format!(
-                        "a dedup key points at {}, which is not an active record with that text",
+                        "a dedup key lists {}, which is not an active record with that text",
                         scope.record_id(seq)
                     ),
                 },

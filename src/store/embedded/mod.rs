@@ -235,25 +235,29 @@ impl EmbeddedStore {
             meta: open_ks("meta")?,
             decisions: open_ks("decisions")?,
         };
-        match ks
+        let format = ks
             .meta
             .get("format")
-            .map_err(st("reading the format version"))?
-        {
-            Some(v) if v.as_ref() == [codec::FORMAT_VERSION] => {}
+            .map_err(st("reading the format version"))?;
+        let upgrade = match format.as_deref() {
+            Some([codec::STORE_FORMAT]) => false,
+            // Version 1 differs only in its dedup keys, which are derived: rebuilt below.
+            Some([1]) => true,
             Some(v) => {
                 return Err(Error::format(format!(
-                    "the store {} has format version {:?}; this build reads version {}",
+                    "the store {} has format version {:?}; this build reads versions 1 and {}",
                     dir.display(),
-                    v.as_ref(),
-                    codec::FORMAT_VERSION
+                    v,
+                    codec::STORE_FORMAT
                 )))
             }
-            None => ks
-                .meta
-                .insert("format", [codec::FORMAT_VERSION])
-                .map_err(st("writing the format version"))?,
-        }
+            None => {
+                ks.meta
+                    .insert("format", [codec::STORE_FORMAT])
+                    .map_err(st("writing the format version"))?;
+                false
+            }
+        };
         let opened = KeywordIndex::open(&dir.join("index"))?;
         let last_batch = match ks
             .meta
@@ -306,6 +310,9 @@ impl EmbeddedStore {
             journal_cap: b.journal_cap,
             journal_dirty: Mutex::new(std::collections::HashSet::new()),
         });
+        if upgrade {
+            shared.upgrade_dedup_keys()?;
+        }
         shared.recover(opened.watermark)?;
         let worker = Arc::clone(&shared);
         let indexer = std::thread::Builder::new()

@@ -484,11 +484,8 @@ impl Shared {
         }
         for norm in &needs.norms {
             let mut hits = Vec::new();
-            for g in s.ks.norms.prefix(codec::norm_prefix(scope, norm)) {
-                let k = g.key().map_err(st("reading the dedup index"))?;
-                let Some(seq) = codec::trailing_seq(&k) else {
-                    continue;
-                };
+            // One point read: a miss is usually answered by the tables' bloom filters.
+            for seq in s.dedup_key(&codec::norm_key(scope, norm))? {
                 if let Some(r) = s.load_active(scope, seq)? {
                     // The key is a hash: confirm the text really normalizes to `norm`.
                     if normalize(&r.text) == *norm {

@@ -183,11 +183,7 @@ impl Shared {
             codec::encode_record(r, seq)?,
         );
         if r.dedup_key {
-            tx.batch.insert(
-                &self.ks.norms,
-                codec::norm_key(scope, &normalize(&r.text), seq),
-                [],
-            );
+            self.edit_dedup_key(tx, codec::norm_key(scope, &normalize(&r.text)), seq, true)?;
         }
         tx.changes.push(Change {
             seq,
@@ -204,10 +200,12 @@ impl Shared {
         tx.batch
             .remove(&self.ks.active, codec::active_key(scope, old.kind, seq));
         if old.dedup_key {
-            tx.batch.remove(
-                &self.ks.norms,
-                codec::norm_key(scope, &normalize(&old.text), seq),
-            );
+            self.edit_dedup_key(
+                tx,
+                codec::norm_key(scope, &normalize(&old.text)),
+                seq,
+                false,
+            )?;
         }
         tx.batch.insert(
             &self.ks.retired,
@@ -220,6 +218,33 @@ impl Shared {
             old: Some(old),
             new: None,
         });
+        Ok(())
+    }
+
+    /// The sequence numbers a dedup key lists, as committed (a point read).
+    pub(super) fn dedup_key(&self, key: &[u8]) -> Result<Vec<u64>> {
+        match self.ks.norms.get(key).map_err(st("reading a dedup key"))? {
+            Some(v) => codec::decode_seqs(&v),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Adds `seq` to (or takes it from) a dedup key within `tx`: the key's value is read once
+    /// per transaction, edited in memory, and written with the transaction.
+    fn edit_dedup_key(&self, tx: &mut Tx, key: Vec<u8>, seq: u64, add: bool) -> Result<()> {
+        if !tx.norms.contains_key(&key) {
+            let seqs = self.dedup_key(&key)?;
+            tx.norms.insert(key.clone(), seqs);
+        }
+        if let Some(seqs) = tx.norms.get_mut(&key) {
+            match (seqs.binary_search(&seq), add) {
+                (Err(at), true) => seqs.insert(at, seq),
+                (Ok(at), false) => {
+                    seqs.remove(at);
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 
