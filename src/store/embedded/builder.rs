@@ -42,7 +42,7 @@ impl Default for EmbeddedStoreBuilder {
             cap: DEFAULT_CAP,
             durability: Durability::Sync,
             clock: None,
-            commit_every: 1024,
+            commit_every: 4096,
             commit_interval: Duration::from_secs(1),
             cache_bytes: DEFAULT_CACHE_BYTES,
             journal_days: crate::decisions::DEFAULT_JOURNAL_DAYS,
@@ -79,9 +79,10 @@ impl EmbeddedStoreBuilder {
         self
     }
 
-    /// Commit the keyword index after this many operations (default 1024) or this often
+    /// Commit the keyword index after this many document changes (default 4096) or this often
     /// (default 1 s), whichever comes first. Each commit fsyncs several files; rarer commits keep
     /// that IO away from the writes' own fsyncs. Uncommitted writes are still retrievable.
+    /// Writers wait while more than eight times `every` changes are uncommitted.
     pub fn index_commit(mut self, every: usize, interval: Duration) -> Self {
         self.commit_every = every.max(1);
         self.commit_interval = interval;

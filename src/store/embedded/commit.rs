@@ -25,9 +25,17 @@ pub(super) struct Tx {
     pub(super) meta: Option<ScopeMeta>,
     /// Whether the scope's FTS totals are loaded, so a leaving record's document is needed.
     fts: bool,
-    /// Dedup keys this transaction edits, with their new values (written at commit).
-    pub(super) norms: std::collections::BTreeMap<Vec<u8>, Vec<u64>>,
+    /// Dedup keys this transaction read or edits: their values, and whether edited (written
+    /// at commit).
+    pub(super) norms: DedupKeys,
+    /// The scope's counters of one day after this transaction (written at commit).
+    pub(super) day: Option<(i64, crate::store::DayCounters)>,
+    /// The scope's counters of the day as the derived state last knew them.
+    pub(super) cached_day: Option<(i64, crate::store::DayCounters)>,
 }
+
+/// Dedup keys read or edited by a transaction: their values, and whether edited.
+pub(super) type DedupKeys = std::collections::BTreeMap<Vec<u8>, (Vec<u64>, bool)>;
 
 /// One record's change in a scope's active set.
 pub(super) struct Change {
@@ -84,12 +92,19 @@ pub(super) struct SyncState {
 impl Shared {
     /// A transaction on `state`'s scope (the caller holds its write lock).
     pub(super) fn tx(&self, state: &Scope) -> Tx {
+        // One lock of the derived state (it is not reentrant).
+        let (fts, cached_day) = {
+            let d = state.derived();
+            (d.fts.is_some(), d.day.clone())
+        };
         Tx {
             batch: self.db.batch(),
             changes: Vec::new(),
             meta: None,
-            fts: state.derived().fts.is_some(),
+            fts,
             norms: std::collections::BTreeMap::new(),
+            day: None,
+            cached_day,
         }
     }
 
@@ -206,17 +221,28 @@ impl Shared {
             changes,
             meta,
             norms,
+            day,
             ..
         } = tx;
         if let Some(m) = meta {
             batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&m)?);
         }
-        for (key, seqs) in norms {
+        for (key, (seqs, dirty)) in norms {
+            if !dirty {
+                continue;
+            }
             if seqs.is_empty() {
                 batch.remove(&self.ks.norms, key);
             } else {
                 batch.insert(&self.ks.norms, key, codec::encode(&seqs)?);
             }
+        }
+        if let Some((d, counters)) = &day {
+            batch.insert(
+                &self.ks.counters,
+                codec::counters_key(*d, scope),
+                codec::encode(counters)?,
+            );
         }
         let op = (!ops_for_index.is_empty()).then(|| self.allocate_op());
         let result = match op {
@@ -243,6 +269,9 @@ impl Shared {
         if let Err(e) = self.apply_changes(scope, state, &changes, meta) {
             self.scopes.update(scope, state, |d| d.window = None);
             log::warn!("[store] {scope}: the window is read again on next need: {e}");
+        }
+        if day.is_some() {
+            self.scopes.update(scope, state, |d| d.day = day);
         }
         let Some(op) = op else {
             return Ok(ticket);

@@ -40,14 +40,14 @@ impl MemoryStore for EmbeddedStore {
         let guard = state.write.lock();
         let now = (s.clock)();
         let meta = s.scope_meta(scope, &state)?;
-        let (snapshot, loaded) = s.read_for_plan(scope, &state, &meta, &valid, cap)?;
+        let (snapshot, read) = s.read_for_plan(scope, &state, &meta, &valid, cap)?;
         let plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
         let at = Target {
             scope,
             state: &state,
             meta: &meta,
         };
-        let ticket = s.apply_plan(at, &valid, &plan, &loaded, now, options)?;
+        let ticket = s.apply_plan(at, &valid, &plan, read, now, options)?;
         drop(guard);
         s.wait_durable(ticket)?;
         s.index_backpressure();
@@ -280,7 +280,7 @@ impl MemoryStore for EmbeddedStore {
         s.retire(&mut tx, &old, &with_status(&old, Status::Forgotten), seq)?;
         meta.active = meta.active.saturating_sub(1);
         tx.meta = Some(meta);
-        s.add_day(&mut tx.batch, scope, now, |d| d.forgotten += 1)?;
+        s.add_day(&mut tx, scope, now, |d| d.forgotten += 1)?;
         s.journal(
             &mut tx.batch,
             &[super::decisions::of_retire(
@@ -332,7 +332,7 @@ impl MemoryStore for EmbeddedStore {
         }
         meta.active = meta.active.saturating_sub(marked.len() as u64);
         tx.meta = Some(meta);
-        s.add_day(&mut tx.batch, scope, now, |d| d.swept += receipt.swept)?;
+        s.add_day(&mut tx, scope, now, |d| d.swept += receipt.swept)?;
         let swept: Vec<_> = marked
             .iter()
             .map(|r| super::decisions::of_retire(now, r, DecisionEvent::Swept))
@@ -466,7 +466,7 @@ impl Shared {
         meta: &ScopeMeta,
         valid: &[ValidCandidate],
         cap: usize,
-    ) -> Result<(plan::Snapshot, HashMap<u64, Record>)> {
+    ) -> Result<(plan::Snapshot, Read)> {
         let s = self;
         // Read exactly what the planner can need.
         let needs = plan::needs(scope, valid, meta.active as usize, cap);
@@ -482,10 +482,14 @@ impl Shared {
                 loaded.insert(seq, r);
             }
         }
+        let mut norms = std::collections::BTreeMap::new();
         for norm in &needs.norms {
             let mut hits = Vec::new();
-            // One point read: a miss is usually answered by the tables' bloom filters.
-            for seq in s.dedup_key(&codec::norm_key(scope, norm))? {
+            // One point read: a miss is usually answered by the tables' bloom filters. What it
+            // read seeds the write's transaction, so an insert does not read the key again.
+            let key = codec::norm_key(scope, norm);
+            let seqs = s.dedup_key(&key)?;
+            for &seq in &seqs {
                 if let Some(r) = s.load_active(scope, seq)? {
                     // The key is a hash: confirm the text really normalizes to `norm`.
                     if normalize(&r.text) == *norm {
@@ -496,17 +500,26 @@ impl Shared {
             }
             hits.sort_by_key(|m| m.seq);
             snapshot.by_norm.insert(norm.clone(), hits);
+            norms.insert(key, (seqs, false));
         }
         if needs.eviction_head > 0 {
             for seq in s.eviction_head(scope, state, needs.eviction_head)? {
                 if let Some(r) = s.load_active(scope, seq)? {
-                    snapshot.eviction_head.push(Shared::meta_of(&r, seq));
+                    snapshot
+                        .eviction_head
+                        .push(Shared::eviction_meta_of(&r, seq));
                     loaded.insert(seq, r);
                 }
             }
         }
 
-        Ok((snapshot, loaded))
+        Ok((
+            snapshot,
+            Read {
+                records: loaded,
+                dedup_keys: norms,
+            },
+        ))
     }
 
     /// Turns a plan into one transaction (records, bookkeeping, the day's counters, the
@@ -516,13 +529,15 @@ impl Shared {
         at: Target<'_>,
         valid: &[ValidCandidate],
         plan: &plan::Plan,
-        loaded: &HashMap<u64, Record>,
+        read: Read,
         now: i64,
         options: &WriteOptions,
     ) -> Result<Ticket> {
+        let loaded = &read.records;
         let s = self;
         let Target { scope, state, meta } = at;
         let mut tx = s.tx(state);
+        tx.norms = read.dedup_keys;
         let mut index_ops: Vec<IndexOp> = Vec::new();
         let mut active = meta.active;
         let provenance = merged_provenance(scope, valid, plan, loaded);
@@ -610,7 +625,7 @@ impl Shared {
         if new_meta != *meta {
             tx.meta = Some(new_meta);
         }
-        s.add_day(&mut tx.batch, scope, now, |d| {
+        s.add_day(&mut tx, scope, now, |d| {
             d.add_write(&plan.counts, summaries, options.tally.as_ref())
         })?;
         s.journal(
@@ -619,6 +634,12 @@ impl Shared {
         )?;
         s.commit_with_outbox(scope, state, tx, index_ops)
     }
+}
+
+/// What a write read to plan: the records it may change, and the dedup keys it looked up.
+struct Read {
+    records: HashMap<u64, Record>,
+    dedup_keys: super::commit::DedupKeys,
 }
 
 /// The scope a write applies to: its key, its state in memory (whose write lock the writer

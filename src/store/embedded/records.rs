@@ -5,8 +5,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use fjall::OwnedWriteBatch;
-
 use super::super::codec::{self, ScopeMeta};
 use super::super::{day_of, DayCounters};
 use super::commit::{Change, Old, Tx};
@@ -135,21 +133,31 @@ impl Shared {
         }
     }
 
+    /// Changes the scope's counters of the day of `now` within `tx` (written at commit). The
+    /// day's counters are read once: after that, from the scope's derived state.
     pub(super) fn add_day(
         &self,
-        batch: &mut OwnedWriteBatch,
+        tx: &mut Tx,
         scope: &ScopeKey,
         now: i64,
         f: impl FnOnce(&mut DayCounters),
     ) -> Result<()> {
-        let key = codec::counters_key(day_of(now), scope);
-        let mut day: DayCounters =
-            match self.ks.counters.get(&key).map_err(st("reading counters"))? {
-                Some(v) => codec::decode(&v, "a day's counters")?,
-                None => DayCounters::default(),
-            };
-        f(&mut day);
-        batch.insert(&self.ks.counters, key, codec::encode(&day)?);
+        let day = day_of(now);
+        let mut counters = match tx.day.take() {
+            Some((d, c)) if d == day => c,
+            _ => match tx.cached_day.take().filter(|(d, _)| *d == day) {
+                Some((_, c)) => c,
+                None => {
+                    let key = codec::counters_key(day, scope);
+                    match self.ks.counters.get(&key).map_err(st("reading counters"))? {
+                        Some(v) => codec::decode(&v, "a day's counters")?,
+                        None => DayCounters::default(),
+                    }
+                }
+            },
+        };
+        f(&mut counters);
+        tx.day = Some((day, counters));
         Ok(())
     }
 
@@ -159,6 +167,20 @@ impl Shared {
             scope: r.scope_key.as_str().to_owned(),
             text: r.text.clone(),
             keywords: r.keywords.clone(),
+        }
+    }
+
+    /// A record's place in the eviction order, for a plan that may evict it: its text is
+    /// never compared, so it is not normalized.
+    pub(super) fn eviction_meta_of(r: &Record, seq: u64) -> ActiveMeta {
+        ActiveMeta {
+            seq,
+            norm: String::new(),
+            dedup_key: false,
+            created_at: r.created_at,
+            last_used_at: r.last_used_at,
+            use_count: r.use_count,
+            confidence: r.confidence,
         }
     }
 
@@ -234,16 +256,17 @@ impl Shared {
     fn edit_dedup_key(&self, tx: &mut Tx, key: Vec<u8>, seq: u64, add: bool) -> Result<()> {
         if !tx.norms.contains_key(&key) {
             let seqs = self.dedup_key(&key)?;
-            tx.norms.insert(key.clone(), seqs);
+            tx.norms.insert(key.clone(), (seqs, false));
         }
-        if let Some(seqs) = tx.norms.get_mut(&key) {
+        if let Some((seqs, dirty)) = tx.norms.get_mut(&key) {
             match (seqs.binary_search(&seq), add) {
                 (Err(at), true) => seqs.insert(at, seq),
                 (Ok(at), false) => {
                     seqs.remove(at);
                 }
-                _ => {}
+                _ => return Ok(()),
             }
+            *dirty = true;
         }
         Ok(())
     }

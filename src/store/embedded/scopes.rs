@@ -41,6 +41,8 @@ pub(super) struct Derived {
     pub(super) order: Option<EvictionOrder>,
     /// The totals retrieve's `bm25()` scores with.
     pub(super) fts: Option<Arc<ScopeFts>>,
+    /// The counters of the day the scope was last written, as committed.
+    pub(super) day: Option<(i64, crate::store::DayCounters)>,
 }
 
 impl Derived {
