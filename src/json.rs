@@ -10,11 +10,11 @@
 //! A JavaScript string may hold a lone surrogate (a client that cut a string inside a pair), and
 //! the Worker keeps one where it stores JSON (keywords, provenance) and turns it into three
 //! U+FFFD where it stores text. A Rust `String` cannot hold one, so it is carried in a private
-//! encoding ([`lone`]) from the body to the field that decides what becomes of it, and written
-//! back as `\udXXX` by [`stringify`].
+//! encoding (the `lone` module) from the body to the field that decides what becomes of it, and written
+//! back as `\udXXX` by [`stringify()`].
 //!
 //! serde_json stops at 128 levels, and a deeper tree would overflow the stack when dropped. No
-//! route reads a field more than a few levels down, so a body deeper than [`KEPT_DEPTH`] is
+//! route reads a field more than a few levels down, so a body deeper than `KEPT_DEPTH` (64) is
 //! checked for syntax in full (iteratively) and every container below that depth is replaced by
 //! an empty one of the same type: every answer the routes give is unchanged.
 //!
