@@ -125,6 +125,11 @@ const SPEC_ROW: &str = r"\bspec{S}+rows?\b";
 
 const OUTCOME: &str = r"\b(?:pass|passes|passing|passed|green|fail|fails|failing|failed)\b";
 
+/// What any `count` noun holds, raw: `test`, `rows`, and `chec` of `checks` (whose `k` may be
+/// the Kelvin sign). Lowercasing makes no other ASCII letter, so a text without one of these
+/// has no count, and the token scan is skipped.
+const COUNT_NOUN: &str = r"test|rows|chec";
+
 /// Indexes into [`SIMPLE`]: the markers decided by one pattern over the whole text.
 const SET_SUBJECT: usize = 0;
 const SET_DELIVERY: usize = 1;
@@ -135,6 +140,7 @@ const SET_UNIT: usize = 5;
 const SET_SPEC_ROW: usize = 6;
 const SET_CITATION: usize = 7;
 const SET_OUTCOME: usize = 8;
+const SET_COUNT_NOUN: usize = 9;
 
 struct Patterns {
     /// One pass over the text answers every whole-text pattern at once.
@@ -155,6 +161,7 @@ static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| {
         SPEC_ROW,
         REFERENCE_CITATION,
         OUTCOME,
+        COUNT_NOUN,
     ];
     let one = |p: &str| Regex::new(&compile(p)).expect("gate pattern compiles");
     Patterns {
@@ -190,7 +197,11 @@ pub fn rejection_markers(text: &str) -> Vec<Marker> {
     if sha {
         out.push(Marker::Sha);
     }
-    if digit && hits.matched(SET_OUTCOME) && has_count(text, &p.outcome) {
+    if digit
+        && hits.matched(SET_OUTCOME)
+        && hits.matched(SET_COUNT_NOUN)
+        && has_count(text, &p.outcome)
+    {
         out.push(Marker::Count);
     }
     let rest = [
@@ -283,36 +294,85 @@ fn has_sha(text: &str) -> bool {
     scan_sha(text).0
 }
 
-/// `(sha, any ASCII digit)` in one pass over the bytes (a text without a digit has no count).
+/// `(sha, any ASCII digit)`. Eight bytes a step: whether any byte is a digit, and where 7
+/// hexadecimal characters stand in a row, which every `sha` needs; only the maximal run of
+/// letters and digits around such a place is judged byte by byte, once.
 fn scan_sha(text: &str) -> (bool, bool) {
-    let is_sha =
-        |seen: u8, len: usize| seen == SHA_DIGIT | SHA_HEX_LETTER && (7..=40).contains(&len);
-    let (mut seen, mut len, mut found, mut digits) = (0u8, 0usize, false, 0u8);
-    for &b in text.as_bytes() {
-        let class = SHA_CLASS[usize::from(b)];
-        // Branch-free: a boundary (class 0) judges the run that ends there and starts anew.
-        let boundary = class == 0;
-        found |= boundary & is_sha(seen, len);
-        digits |= class & SHA_DIGIT;
-        seen = if boundary { 0 } else { seen | class };
-        len = if boundary { 0 } else { len + 1 };
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Bytes strictly between `m` and `n` (both at most 128) get 0x80; the others 0. The low
+    // seven bits are added apart from the high one, so no byte carries into its neighbour.
+    let between = |x: u64, m: u64, n: u64| {
+        let low = x & (ONES * 127);
+        (ONES * (127 + n)).wrapping_sub(low)
+            & !x
+            & low.wrapping_add(ONES * (127 - m))
+            & (ONES * 128)
+    };
+    let bytes = text.as_bytes();
+    let (mut any_digit, mut window) = (0u64, 0u64);
+    // Bytes before this index belong to runs already judged.
+    let mut judged = 0usize;
+    let mut sha = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let mut word = [0u8; 8];
+        let part = bytes.get(i..bytes.len().min(i + 8)).unwrap_or_default();
+        word.get_mut(..part.len())
+            .unwrap_or_default()
+            .copy_from_slice(part);
+        let w = u64::from_le_bytes(word);
+        let digit = between(w, 0x2F, 0x3A);
+        let hex = digit | between(w | (ONES * 0x20), 0x60, 0x67);
+        any_digit |= digit;
+        // Byte j's mark to bit j, then into the top byte of a window of the last 64 bytes:
+        // window bit b stands for byte i + b - 56.
+        let bits = ((hex >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56;
+        window = (window >> 8) | (bits << 56);
+        let mut seven = window;
+        for shift in 1..7 {
+            seven &= window >> shift;
+        }
+        // Bit b of `seven`: bytes from i + b - 56 on are seven hexadecimal characters. Those
+        // that end in this word start at bit 50 or later, so each place is seen once.
+        let mut starts = seven & (u64::MAX << 50);
+        while !sha && starts != 0 {
+            let b = starts.trailing_zeros() as usize;
+            starts &= starts - 1;
+            let at = (i + b).saturating_sub(56);
+            if at >= judged {
+                let (found, end) = judge_run(bytes, at);
+                sha = found;
+                judged = end;
+            }
+        }
+        i += 8;
     }
-    (found || is_sha(seen, len), digits != 0)
+    (sha, any_digit != 0)
+}
+
+/// Judges the maximal run of ASCII letters and digits around `bytes[at]`: `(is it a sha, the
+/// index just past it)`.
+fn judge_run(bytes: &[u8], at: usize) -> (bool, usize) {
+    let alnum = |b: &u8| SHA_CLASS[usize::from(*b)] != 0;
+    let before = bytes.get(..at).unwrap_or_default();
+    let start = at - before.iter().rev().take_while(|b| alnum(b)).count();
+    let after = bytes.get(at..).unwrap_or_default();
+    let end = at + after.iter().take_while(|b| alnum(b)).count();
+    let run = bytes.get(start..end).unwrap_or_default();
+    let seen = run
+        .iter()
+        .fold(0, |seen, b| seen | SHA_CLASS[usize::from(*b)]);
+    (
+        seen == SHA_DIGIT | SHA_HEX_LETTER && (7..=40).contains(&run.len()),
+        end,
+    )
 }
 
 /// `count`: some clause holds an outcome word and a number within three tokens of
 /// `test`/`tests`/`checks`/`rows`, tokens being the clause lowercased (full Unicode lowercasing,
 /// as JavaScript's `toLowerCase`) and split on every character outside `a-z0-9`.
 fn has_count(text: &str, outcome: &Regex) -> bool {
-    // Lowercasing adds an ASCII letter or digit only for U+0130 and U+212A (checked over every
-    // character), and otherwise only changes ASCII case, which the token comparison ignores:
-    // without those two, the raw text's tokens are the lowercased ones, and one pass decides.
-    if text.is_ascii() || !(text.contains('\u{212A}') || text.contains('\u{130}')) {
-        return near_pair_clauses(text, |clause| outcome.is_match(clause));
-    }
-    clauses(text).any(|clause| {
-        outcome.is_match(clause) && near_pair_clauses(&clause.to_lowercase(), |_| true)
-    })
+    near_pair_clauses(text, |clause| outcome.is_match(clause))
 }
 
 /// Byte classes for [`clauses`] and [`near_pair_clauses`]: the one place that says which bytes
@@ -320,6 +380,7 @@ fn has_count(text: &str, outcome: &Regex) -> bool {
 const TOKEN_BYTE: u8 = 1;
 const CLAUSE_END: u8 = 2;
 const MAYBE_DASH: u8 = 3;
+const MAYBE_DOTTED_I: u8 = 4;
 static BYTE_CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut b = 0;
@@ -331,6 +392,8 @@ static BYTE_CLASS: [u8; 256] = {
             CLAUSE_END
         } else if c == 0xE2 {
             MAYBE_DASH
+        } else if c == 0xC4 {
+            MAYBE_DOTTED_I
         } else {
             0
         };
@@ -340,8 +403,13 @@ static BYTE_CLASS: [u8; 256] = {
 };
 
 /// Whether some clause of `text` (as [`clauses`] cuts them) holds an all-digit token within
-/// three tokens of `test`/`tests`/`checks`/`rows` (ASCII case ignored) and `accept`s; tokens are
-/// the runs of ASCII letters and digits (no byte of a multi-byte character is one).
+/// three tokens of `test`/`tests`/`checks`/`rows` and `accept`s; tokens are the runs of `a-z0-9`
+/// of the clause lowercased as JavaScript lowercases it.
+///
+/// Lowercasing yields an ASCII letter or digit for exactly two characters besides ASCII
+/// capitals (checked over every character): the Kelvin sign (`k`, inside a token) and the
+/// dotted capital I (`i` and a combining dot, which ends the token). So the raw bytes are read
+/// with those two read as their letters, and nothing is lowercased or copied.
 ///
 /// One pass over the bytes: whichever of a near pair comes second sees the nearest earlier token
 /// of the other sort, so each clause needs only the last index of each.
@@ -351,30 +419,61 @@ fn near_pair_clauses(text: &str, mut accept: impl FnMut(&str) -> bool) -> bool {
     let (mut k, mut i, mut start, mut near) = (0usize, 0usize, 0usize, false);
     let mut end_clause =
         |from: usize, to: usize, near: bool| near && text.get(from..to).is_some_and(&mut accept);
+    let kelvin = |i: usize| bytes.get(i..i + 3) == Some(&[0xE2, 0x84, 0xAA]);
+    let dotted_i = |i: usize| bytes.get(i..i + 2) == Some(&[0xC4, 0xB0]);
+    let class_at = |i: usize| bytes.get(i).map(|&b| BYTE_CLASS[usize::from(b)]);
+    let starts_token = |i: usize| match class_at(i) {
+        Some(TOKEN_BYTE) => true,
+        Some(MAYBE_DASH) => kelvin(i),
+        Some(MAYBE_DOTTED_I) => dotted_i(i),
+        _ => false,
+    };
     while let Some(&b) = bytes.get(i) {
-        match BYTE_CLASS[usize::from(b)] {
-            TOKEN_BYTE => {
-                let first = i;
-                let mut digits = true;
-                while let Some(b) = bytes.get(i).filter(|b| b.is_ascii_alphanumeric()) {
-                    digits &= b.is_ascii_digit();
-                    i += 1;
+        let class = BYTE_CLASS[usize::from(b)];
+        if starts_token(i) {
+            // The token, lowercased; only its first six letters matter (the longest word).
+            let (mut word, mut len, mut digits) = ([0u8; 6], 0usize, true);
+            let mut push = |c: u8, len: &mut usize| {
+                if let Some(slot) = word.get_mut(*len) {
+                    *slot = c;
                 }
-                let token = bytes.get(first..i).unwrap_or_default();
-                if digits {
-                    near |= last_word.is_some_and(|w| k - w <= 3);
-                    last_number = Some(k);
-                } else if matches!(token.len(), 4..=6)
-                    && [&b"test"[..], b"tests", b"checks", b"rows"]
-                        .iter()
-                        .any(|w| token.eq_ignore_ascii_case(w))
-                {
-                    near |= last_number.is_some_and(|n| k - n <= 3);
-                    last_word = Some(k);
+                *len += 1;
+            };
+            loop {
+                match class_at(i) {
+                    Some(TOKEN_BYTE) => {
+                        let c = bytes.get(i).copied().unwrap_or_default();
+                        digits &= c.is_ascii_digit();
+                        push(c.to_ascii_lowercase(), &mut len);
+                        i += 1;
+                    }
+                    Some(MAYBE_DASH) if kelvin(i) => {
+                        digits = false;
+                        push(b'k', &mut len);
+                        i += 3;
+                    }
+                    Some(MAYBE_DOTTED_I) if dotted_i(i) => {
+                        // `i` then U+0307, which is no token character: the token ends.
+                        digits = false;
+                        push(b'i', &mut len);
+                        i += 2;
+                        break;
+                    }
+                    _ => break,
                 }
-                k += 1;
-                continue;
             }
+            let token = word.get(..len).unwrap_or_default();
+            if digits {
+                near |= last_word.is_some_and(|w| k - w <= 3);
+                last_number = Some(k);
+            } else if [&b"test"[..], b"tests", b"checks", b"rows"].contains(&token) {
+                near |= last_number.is_some_and(|n| k - n <= 3);
+                last_word = Some(k);
+            }
+            k += 1;
+            continue;
+        }
+        match class {
             CLAUSE_END => {}
             MAYBE_DASH if bytes.get(i + 1..i + 3) == Some(&[0x80, 0x94]) => {}
             _ => {
@@ -469,7 +568,7 @@ mod tests {
     }
 
     mod scanners_agree_with_the_model {
-        use super::super::{clauses, has_count, has_sha, PATTERNS};
+        use super::super::{clauses, has_count, has_sha, rejection_markers, Marker, PATTERNS};
         use super::model;
         use proptest::prelude::*;
 
@@ -506,6 +605,9 @@ mod tests {
             "f00d",
             "abc",
             "1234567",
+            "C0FFEE",
+            "Dead",
+            "9",
             "g1",
             "a",
             "0",
@@ -527,6 +629,10 @@ mod tests {
                 let outcome = &PATTERNS.outcome;
                 prop_assert_eq!(has_sha(&t), model::has_sha(&t));
                 prop_assert_eq!(has_count(&t, outcome), model::has_count(&t, outcome));
+                // The whole gate, with the cheap preconditions it checks before the scanners.
+                let markers = rejection_markers(&t);
+                prop_assert_eq!(markers.contains(&Marker::Sha), model::has_sha(&t));
+                prop_assert_eq!(markers.contains(&Marker::Count), model::has_count(&t, outcome));
                 prop_assert_eq!(
                     clauses(&t).collect::<Vec<_>>(),
                     model::clauses(&t).collect::<Vec<_>>()
