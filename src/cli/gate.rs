@@ -534,9 +534,9 @@ mod tests {
             let len = (state % 40) as usize;
             let bytes: Vec<u8> = (0..len)
                 .map(|i| {
-                    let pick = (state >> (i % 60)) as usize ^ i * 31;
+                    let pick = ((state >> (i % 60)) as usize) ^ (i * 31);
                     // Mostly plain bytes, so runs without a hit cross whole words.
-                    if pick % 5 == 0 {
+                    if pick.is_multiple_of(5) {
                         alphabet[pick / 5 % alphabet.len()]
                     } else {
                         b'a'
@@ -612,7 +612,7 @@ mod tests {
             assert_eq!(any, expected_any);
         }
         let mut out = Vec::new();
-        let long = [b"\"".repeat(1), b"x".repeat(100), b"\"\n\"LGTM\"".to_vec()].concat();
+        let long = [b"\"".to_vec(), b"x".repeat(100), b"\"\n\"LGTM\"".to_vec()].concat();
         json_lines(&mut Trickle(&long, 0), &mut out, limits).expect("answers");
         assert_eq!(
             String::from_utf8_lossy(&out),
