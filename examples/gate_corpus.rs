@@ -5,7 +5,7 @@
 //!   than a tenth of the lines), dotted I, Kelvin sign, NBSP, U+FEFF, U+2028 and em dashes
 //!   throughout, half the lines written with `\u` escapes.
 //!
-//! The whole-process measurement in the README runs `lessons gate --json-lines` over each.
+//! The whole-process measurement in `docs/performance.md` runs `lessons gate --json-lines` over each.
 //!
 //! `cargo run --release --example gate_corpus -- [mixed|status] [COUNT] [SEED] > facts.jsonl`
 

@@ -5,8 +5,8 @@
 //! Planning is two pure steps around one read:
 //! 1. [`needs`] says which records the candidates can touch (the ids they point at, the
 //!    normalized texts they can dedup on, how much of the eviction order can matter);
-//! 2. the store reads exactly those into a [`Snapshot`] (point lookups and one short prefix scan,
-//!    never a scan of the scope);
+//! 2. the store reads exactly those into a [`Snapshot`] (point lookups only: one key per
+//!    normalized text, never a scan of the scope);
 //! 3. [`plan_write`] decides restates, dedups, inserts, supersedes and evictions, returning the
 //!    final state of every touched record, which the store applies as one atomic batch.
 //!

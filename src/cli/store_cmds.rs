@@ -1,4 +1,5 @@
-//! The store commands: write, list, retrieve, forget, sweep, export, import, doctor, stats.
+//! The store commands: write, list, retrieve, forget, sweep (export, import, doctor and stats
+//! are in `admin_cmds`).
 
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};

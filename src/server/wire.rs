@@ -9,8 +9,8 @@ use crate::reflect::{Origin, Shown};
 use crate::store::{ListQuery, Tally, MAX_BATCH, MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::text::utf16_len;
 
-/// A parsed request body. Each variant's fields are its route's JSON fields (see the README's
-/// route table), converted to domain types.
+/// A parsed request body. Each variant's fields are its route's JSON fields (see the route table
+/// in `docs/server.md`), converted to domain types.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body {

@@ -4,13 +4,13 @@
 //! planner needs (point lookups, never a scan), plan, then apply everything — inserts, bumps,
 //! flips, evictions, the scope's bookkeeping, the day's counters and one outbox entry — as one
 //! fjall batch, fsynced unless the store was opened [`Durability::Buffered`]. Only then are the
-//! index changes staged in tantivy's writer and the write acknowledged.
+//! index changes queued in memory for the indexer thread, and the write acknowledged.
 //!
 //! Index consistency: the outbox entry names every record whose index document the write
 //! changes. Writers only queue the index changes in memory; the indexer thread stages them into
-//! tantivy and commits in groups (every 1,024 operations or 1 s) with the highest operation it
-//! covers as the commit's payload (the watermark), then trims the outbox up to it. A write never
-//! waits behind an index commit. On open, outbox entries above the watermark are replayed; a missing
+//! tantivy and commits in groups (every 4,096 document changes or 1 s) with the highest
+//! operation it covers as the commit's payload (the watermark), then trims the outbox up to it. A
+//! write never waits behind an index commit. On open, outbox entries above the watermark are replayed; a missing
 //! watermark or a document count that disagrees with the records triggers a rebuild.
 //!
 //! Read-your-writes: operations not yet in a committed index are kept in memory by scope;

@@ -457,8 +457,8 @@ impl MemoryStore for EmbeddedStore {
 }
 
 impl Shared {
-    /// Reads exactly what the planner can need for `valid` (point lookups and one prefix read
-    /// per normalized text, never a scan): the snapshot, and the records it was built from.
+    /// Reads exactly what the planner can need for `valid` (point lookups: one dedup key per
+    /// normalized text, never a scan): the snapshot, and the records it was built from.
     fn read_for_plan(
         &self,
         scope: &ScopeKey,
