@@ -312,28 +312,46 @@ pub struct WriteArgs {
 
 /// Candidates on stdin: a JSON array, or the wire's `{"records": [...]}`.
 fn parse_candidates(text: &str) -> Result<Vec<Candidate>, Failure> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Input {
-        List(Vec<Candidate>),
-        Wire { records: Vec<Candidate> },
-    }
+    const SHAPE: &str = "stdin must be a JSON array of candidates (or {\"records\": [...]})";
     let value = lessons::json::parse(text).ok_or_else(|| {
         let why = serde_json::from_str::<serde_json::Value>(text)
             .err()
             .map_or_else(String::new, |e| format!(": {e}"));
-        Failure::Usage(format!(
-            "stdin must be a JSON array of candidates (or {{\"records\": [...]}}){why}"
-        ))
+        Failure::Usage(format!("{SHAPE}{why}"))
     })?;
-    let input: Input = serde_json::from_value(value).map_err(|e| {
-        Failure::Usage(format!(
-            "stdin must be a JSON array of candidates (or {{\"records\": [...]}}): {e}"
-        ))
-    })?;
-    Ok(match input {
-        Input::List(l) => l,
-        Input::Wire { records } => records,
+    let list = match value {
+        serde_json::Value::Array(list) => list,
+        serde_json::Value::Object(mut o) => match o.remove("records") {
+            Some(serde_json::Value::Array(list)) => list,
+            _ => return Err(Failure::Usage(format!("{SHAPE}: no \"records\" array"))),
+        },
+        _ => return Err(Failure::Usage(SHAPE.to_owned())),
+    };
+    list.into_iter()
+        .enumerate()
+        .map(|(i, v)| candidate_at(i, v).map_err(Failure::Usage))
+        .collect()
+}
+
+/// Candidate `i` of a write's input, or a reason that names it and the field at fault.
+fn candidate_at(i: usize, v: serde_json::Value) -> Result<Candidate, String> {
+    let fields: Vec<(String, serde_json::Value)> = match &v {
+        serde_json::Value::Object(o) => o.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        _ => return Err(format!("records[{i}] must be an object")),
+    };
+    serde_json::from_value(v).map_err(|whole| {
+        // serde names a missing field but not a mistyped one: find the field that fails alone,
+        // beside stand-ins for the two required ones.
+        let culprit = fields.iter().find_map(|(key, value)| {
+            let mut probe = serde_json::json!({"text": "x", "sourceThreadKey": "t"});
+            probe
+                .as_object_mut()
+                .map(|o| o.insert(key.clone(), value.clone()));
+            serde_json::from_value::<Candidate>(probe)
+                .err()
+                .map(|e| format!("records[{i}].{key}: {e}"))
+        });
+        culprit.unwrap_or_else(|| format!("records[{i}]: {whole}"))
     })
 }
 

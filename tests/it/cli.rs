@@ -253,8 +253,23 @@ fn store_commands_answer_the_wire_json() {
 fn store_commands_fail_with_one_line_reasons() {
     let dir = tempfile::tempdir().expect("dir");
     let d = dir.path().join("store");
-    let cases: [(&[&str], &str, &str); 6] = [
+    let cases: [(&[&str], &str, &str); 9] = [
         (&["list", "--scope", "org:acme"], "", "no store at"),
+        (
+            &["write", "--scope", "org:acme"],
+            r#"[{"kind":"fact","text":"a","sourceThreadKey":"t"},{"kind":"lesson","text":"b","sourceThreadKey":"t"}]"#,
+            "records[1].kind: unknown variant `lesson`, expected `fact` or `summary`",
+        ),
+        (
+            &["write", "--scope", "org:acme"],
+            r#"{"records":[{"kind":"fact","text":"a","sourceThreadKey":"t","confidence":"high"}]}"#,
+            "records[0].confidence: invalid type: string",
+        ),
+        (
+            &["write", "--scope", "org:acme"],
+            r#"{"records":3}"#,
+            "no \"records\" array",
+        ),
         (
             &["write", "--scope", "org:acme"],
             "nope",
