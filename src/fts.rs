@@ -141,7 +141,7 @@ pub fn match_terms(query: &str) -> Vec<String> {
 }
 
 /// [`match_terms`] of a query already tokenized.
-pub fn match_terms_of(tokens: &[String]) -> Vec<String> {
+pub(crate) fn match_terms_of(tokens: &[String]) -> Vec<String> {
     let mut seen = HashSet::new();
     let distinct: Vec<String> = tokens
         .iter()
@@ -170,7 +170,7 @@ pub struct Totals {
 }
 
 /// FTS5's IDF of a term held by `hits` of `rows` documents, never below 1e-6.
-pub fn idf(rows: u64, hits: u64) -> f64 {
+pub(crate) fn idf(rows: u64, hits: u64) -> f64 {
     let idf = ((rows as f64 - hits as f64 + 0.5) / (hits as f64 + 0.5)).ln();
     if idf <= 0.0 {
         1e-6
@@ -181,7 +181,7 @@ pub fn idf(rows: u64, hits: u64) -> f64 {
 
 /// FTS5's `bm25()` negated (higher is better), summed over the terms in query order with the
 /// same floating-point operations as SQLite, so equal inputs give bit-equal scores.
-pub fn bm25(idfs: &[f64], freqs: &[u32], len: u32, totals: Totals) -> f64 {
+pub(crate) fn bm25(idfs: &[f64], freqs: &[u32], len: u32, totals: Totals) -> f64 {
     let avgdl = totals.tokens as f64 / totals.rows as f64;
     let d = f64::from(len);
     let mut score = 0.0;
@@ -199,7 +199,7 @@ pub fn pool_size(limit: usize) -> usize {
 
 /// Orders scored hits as the Worker's `ORDER BY bm25(...)`: best first, equal scores in
 /// sequence order, and keeps `pool`.
-pub fn order_pool(hits: &mut Vec<(f64, u64)>, pool: usize) {
+pub(crate) fn order_pool(hits: &mut Vec<(f64, u64)>, pool: usize) {
     hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     hits.truncate(pool);
 }

@@ -50,6 +50,11 @@
 //! - [`store`]: the [`MemoryStore`] contract; [`EmbeddedStore`] (fjall + tantivy) and
 //!   [`InMemoryStore`].
 //! - `index` (internal): the tantivy keyword index.
+//! - [`fts`]: the reference's SQLite FTS5 search, exactly: its tokens, its match terms, its
+//!   BM25 pool.
+//! - [`provenance`]: which provenance a record keeps, and how two records' provenance merge.
+//! - [`contract`]: the typed requests and answers of the wire, shared by the server, the remote
+//!   store and the CLI.
 //! - [`context`]: which records does a run see, and exactly what bytes?
 //! - [`reflect`]: the extractor's prompt, reading its reply, routing facts to scopes.
 //! - [`memory`]: what a bot calls per run, in order, against a store.

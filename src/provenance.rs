@@ -38,7 +38,7 @@ pub const DEPENDENCY_MAX_BYTES: usize = 16 * 1024;
 pub const SOURCE_READ_MESSAGE_MAX: usize = 50;
 
 /// `JSON.stringify(value)`: compact, keys in their order, numbers as JavaScript prints them.
-pub fn js_stringify(value: &Value) -> String {
+pub(crate) fn js_stringify(value: &Value) -> String {
     crate::json::stringify(value)
 }
 

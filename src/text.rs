@@ -19,7 +19,7 @@ pub fn tokenize(text: &str) -> Vec<String> {
 }
 
 /// Calls `f` with every token of `text` (see [`tokenize`]) without collecting them.
-pub fn for_each_token(text: &str, mut f: impl FnMut(&str)) {
+pub(crate) fn for_each_token(text: &str, mut f: impl FnMut(&str)) {
     let lower;
     // Only a non-ASCII character can lowercase into ASCII (the Kelvin sign, dotted capital I),
     // so an ASCII text needs no allocation beyond the buffer for a token with capitals.
@@ -107,7 +107,7 @@ pub fn utf16_len(text: &str) -> usize {
 
 /// `text` on one line: control characters (U+0000–U+001F, U+007F–U+009F, U+2028, U+2029)
 /// become spaces and whitespace collapses, as [`sanitize`] does, without escaping `&<>`.
-pub fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let spaced: String = text
         .chars()
         .map(|c| if is_control(c) { ' ' } else { c })
@@ -155,7 +155,7 @@ pub fn is_js_whitespace(c: char) -> bool {
 }
 
 /// The last `units` UTF-16 units of `text`, never splitting a character.
-pub fn tail_utf16(text: &str, units: usize) -> &str {
+pub(crate) fn tail_utf16(text: &str, units: usize) -> &str {
     let mut count = 0;
     for (i, c) in text.char_indices().rev() {
         count += c.len_utf16();
@@ -167,7 +167,7 @@ pub fn tail_utf16(text: &str, units: usize) -> &str {
 }
 
 /// The first `units` UTF-16 units of `text`, never splitting a character.
-pub fn head_utf16(text: &str, units: usize) -> &str {
+pub(crate) fn head_utf16(text: &str, units: usize) -> &str {
     let mut count = 0;
     for (i, c) in text.char_indices() {
         count += c.len_utf16();
@@ -179,7 +179,7 @@ pub fn head_utf16(text: &str, units: usize) -> &str {
 }
 
 /// The largest char boundary of `s` at or below byte `max`.
-pub fn floor_char_boundary(s: &str, max: usize) -> usize {
+pub(crate) fn floor_char_boundary(s: &str, max: usize) -> usize {
     if s.len() <= max {
         return s.len();
     }
@@ -224,7 +224,7 @@ mod tests {
 /// A finite number as JavaScript's `JSON.stringify` prints it: the shortest digits that read
 /// back to the same double, integers without a fraction, decimals from 1e-6 to 1e21, exponent
 /// form (`1e-7`, `1e+21`) outside. Not finite: `null`, as JavaScript prints it.
-pub fn js_number(x: f64) -> String {
+pub(crate) fn js_number(x: f64) -> String {
     if !x.is_finite() {
         return "null".into();
     }
@@ -293,7 +293,7 @@ mod js_number_tests {
 /// resistant to chosen collisions; only for maps whose keys come from the store's own records and
 /// a bounded query, where SipHash's cost showed up in retrieve's profile.
 #[derive(Clone, Copy)]
-pub struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Default for Fnv {
     fn default() -> Fnv {
@@ -314,4 +314,4 @@ impl std::hash::Hasher for Fnv {
 }
 
 /// A `HashMap` keyed through [`Fnv`].
-pub type FnvMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+pub(crate) type FnvMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;

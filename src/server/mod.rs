@@ -17,11 +17,13 @@ mod auth;
 mod conn;
 mod handler;
 mod metrics;
-pub mod wire;
+pub(crate) mod wire;
 
 pub use crate::model::MAX_BODY_BYTES;
 pub use conn::Limits;
 pub use metrics::rollup_lines;
+/// The routes that take a JSON body, and whether each changes the store.
+pub use wire::POST_ROUTES;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
