@@ -1,16 +1,19 @@
 //! The memory Worker's wire contract, defined once: the request and answer bodies of
 //! `/retrieve`, `/write`, `/list`, `/forget` and `/sweep` as typed values whose JSON is the
-//! reference Worker's, key order included.
+//! reference Worker's, key order included; and the bodies of our own routes (`/get`, `/scopes`,
+//! `/count`, `/import`, `/stats`, `/journal`, `/window`, `/context`, `/prompt`) the same way.
 //!
 //! The server answers with these types, `RemoteStore` sends the requests and reads the answers
-//! with them, and the CLI's `--json` prints them. The server does not parse requests with serde:
+//! with them, and the CLI's `--json` prints them: one definition, so the three cannot drift. The server does not parse requests with serde:
 //! its validator (`server::wire`) reproduces the reference's JavaScript checks and words field by
 //! field, which a derive cannot.
 
 use serde::{Deserialize, Serialize};
 
-use crate::decisions::RejectedFact;
+use crate::decisions::{Decision, DecisionEvent, RejectedFact};
 use crate::model::{Candidate, Kind, Record, Retrieved, ScopeKey, Tally, WriteCounts};
+use crate::reflect::Shown;
+use crate::store::DayStats;
 
 /// `POST /retrieve`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -120,6 +123,147 @@ pub struct SweepAnswer {
     /// On a dry run, their ids in ascending sequence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ids: Option<Vec<String>>,
+}
+
+/// `POST /get`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GetRequest {
+    /// The record's id.
+    pub id: String,
+}
+
+/// The answer of `/get`: `{record}`, `null` when no record has the id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GetAnswer {
+    /// The record, whatever its status.
+    pub record: Option<Record>,
+}
+
+/// The answer of `/scopes`: every scope holding a record, in key order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScopesAnswer {
+    /// The scopes.
+    pub scopes: Vec<ScopeKey>,
+}
+
+/// `POST /count`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CountRequest {
+    /// The scope counted.
+    pub scope_key: ScopeKey,
+}
+
+/// The answer of `/count`: `{active}`, the scope's active records (facts and summaries).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CountAnswer {
+    /// Active records.
+    pub active: u64,
+}
+
+/// `POST /import`: records and decision-journal entries, each kept as exported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImportRequest<R = Record, D = Decision> {
+    /// At most 1,000 records.
+    pub records: Vec<R>,
+    /// Decision-journal entries; none when absent.
+    #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<D>,
+}
+
+/// The answer of `/import` and of `lessons import --json`: `{ok, imported, skipped, decisions}`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImportAnswer {
+    /// Always `true` on a 200.
+    pub ok: bool,
+    /// Records written.
+    pub imported: u64,
+    /// Records whose id the store already held (left untouched).
+    pub skipped: u64,
+    /// Decision-journal entries added (an entry already held is not added again).
+    pub decisions: u64,
+}
+
+/// `POST /stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsRequest {
+    /// The first day reported, in days since 1970-01-01.
+    pub since: i64,
+}
+
+/// The answer of `/stats` and of `lessons stats --json`: `{days}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsAnswer {
+    /// One entry per scope per day with anything counted.
+    pub days: Vec<DayStats>,
+}
+
+/// `POST /journal`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JournalRequest {
+    /// The scope whose decisions are read.
+    pub scope_key: ScopeKey,
+    /// At most this many entries, newest first.
+    pub limit: usize,
+    /// Only entries at or after this time (milliseconds); all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    /// Only these events; all when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<DecisionEvent>,
+}
+
+/// The answer of `/journal` and of `lessons journal --json`: `{decisions}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JournalAnswer {
+    /// The entries, newest first.
+    pub decisions: Vec<Decision>,
+}
+
+/// `POST /window`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowRequest {
+    /// The scope whose window is read.
+    pub scope_key: ScopeKey,
+}
+
+/// The answer of `/window`: the scope's newest facts, how many the rendered block kept, and
+/// the block (absent when it kept none).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowAnswer<R = Record> {
+    /// The window, newest first.
+    pub records: Vec<R>,
+    /// Records the block kept.
+    pub kept: usize,
+    /// The system-prompt block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<String>,
+}
+
+/// The answer of `/context` and of `lessons context --json`: `{kept, fromWindow, block}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextAnswer {
+    /// Records in the block.
+    pub kept: usize,
+    /// Of those, how many came from the repository's window.
+    pub from_window: usize,
+    /// The system-prompt block; absent when no record was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<String>,
+}
+
+/// The answer of `/prompt` and of `lessons prompt --json`: the extractor's prompt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PromptAnswer {
+    /// The system prompt.
+    pub system: String,
+    /// The user input: the shown records by handle, then the transcript tail.
+    pub input: String,
+    /// Handle → id, to resolve the reply's pointers (send them back with `/reflect`).
+    pub shown: Vec<Shown>,
 }
 
 /// Any refusal: `{error}` with the reason.

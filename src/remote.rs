@@ -13,8 +13,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::contract::{
-    ForgetAnswer, ForgetRequest, ListRequest, RecordsAnswer, RetrieveRequest, SweepAnswer,
-    SweepRequest, WriteAnswer, WriteRequest,
+    CountAnswer, CountRequest, ForgetAnswer, ForgetRequest, GetAnswer, GetRequest, ImportAnswer,
+    ImportRequest, JournalAnswer, JournalRequest, ListRequest, RecordsAnswer, RetrieveRequest,
+    ScopesAnswer, StatsAnswer, StatsRequest, SweepAnswer, SweepRequest, WriteAnswer, WriteRequest,
 };
 
 use crate::decisions::{Decision, DecisionQuery};
@@ -187,10 +188,6 @@ impl RemoteStore {
     }
 }
 
-fn count(v: &Value, name: &str) -> u64 {
-    v.get(name).and_then(Value::as_u64).unwrap_or(0)
-}
-
 impl MemoryStore for RemoteStore {
     fn write(
         &self,
@@ -259,26 +256,13 @@ impl MemoryStore for RemoteStore {
     }
 
     fn get(&self, id: &str) -> Result<Option<Record>> {
-        let v = self.post("/get", &json!({ "id": id }))?;
-        match v.get("record") {
-            None | Some(Value::Null) => Ok(None),
-            Some(r) => serde_json::from_value(r.clone()).map(Some).map_err(|e| {
-                Error::new(
-                    ErrorKind::Remote,
-                    format!("the server's record does not parse: {e}"),
-                )
-            }),
-        }
+        let answer: GetAnswer = self.call("/get", &GetRequest { id: id.to_owned() })?;
+        Ok(answer.record)
     }
 
     fn scopes(&self) -> Result<Vec<ScopeKey>> {
-        let v = self.post("/scopes", &json!({}))?;
-        serde_json::from_value(v.get("scopes").cloned().unwrap_or(Value::Null)).map_err(|e| {
-            Error::new(
-                ErrorKind::Remote,
-                format!("the server's scopes do not parse: {e}"),
-            )
-        })
+        let answer: ScopesAnswer = self.call("/scopes", &json!({}))?;
+        Ok(answer.scopes)
     }
 
     /// Streams: each record goes to `sink` as it is parsed from the answer, so an export of
@@ -306,9 +290,13 @@ impl MemoryStore for RemoteStore {
             if chunk.is_empty() {
                 return Ok(());
             }
-            let v = self.post("/import", &json!({ "records": chunk }))?;
-            report.imported += count(&v, "imported");
-            report.skipped += count(&v, "skipped");
+            let request: ImportRequest<&Record> = ImportRequest {
+                records: std::mem::take(chunk),
+                decisions: Vec::new(),
+            };
+            let answer: ImportAnswer = self.call("/import", &request)?;
+            report.imported += answer.imported;
+            report.skipped += answer.skipped;
             chunk.clear();
             Ok(())
         };
@@ -334,33 +322,23 @@ impl MemoryStore for RemoteStore {
         Ok(report)
     }
 
-    /// Through `/review`, which reports each scope's active count.
     fn active_count(&self, scope: &ScopeKey) -> Result<u64> {
-        let v = self.post("/review", &json!({"scopeKey": scope, "days": 1}))?;
-        Ok(v.get("scopes")
-            .and_then(|s| s.get(0))
-            .and_then(|s| s.get("active"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0))
+        let request = CountRequest {
+            scope_key: scope.clone(),
+        };
+        let answer: CountAnswer = self.call("/count", &request)?;
+        Ok(answer.active)
     }
 
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
-        let mut body = serde_json::Map::new();
-        body.insert("scopeKey".into(), json!(scope));
-        body.insert("limit".into(), json!(query.limit));
-        if query.since != i64::MIN {
-            body.insert("since".into(), json!(query.since));
-        }
-        if !query.events.is_empty() {
-            body.insert("events".into(), json!(query.events));
-        }
-        let v = self.post("/journal", &Value::Object(body))?;
-        serde_json::from_value(v.get("decisions").cloned().unwrap_or(Value::Null)).map_err(|e| {
-            Error::new(
-                ErrorKind::Remote,
-                format!("the server's decisions do not parse: {e}"),
-            )
-        })
+        let request = JournalRequest {
+            scope_key: scope.clone(),
+            limit: query.limit,
+            since: (query.since != i64::MIN).then_some(query.since),
+            events: query.events.clone(),
+        };
+        let answer: JournalAnswer = self.call("/journal", &request)?;
+        Ok(answer.decisions)
     }
 
     fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
@@ -384,8 +362,12 @@ impl MemoryStore for RemoteStore {
             if chunk.is_empty() {
                 return Ok(());
             }
-            let v = self.post("/import", &json!({ "records": [], "decisions": chunk }))?;
-            *added += count(&v, "decisions");
+            let request: ImportRequest<Record, &Decision> = ImportRequest {
+                records: Vec::new(),
+                decisions: std::mem::take(chunk),
+            };
+            let answer: ImportAnswer = self.call("/import", &request)?;
+            *added += answer.decisions;
             chunk.clear();
             Ok(())
         };
@@ -406,13 +388,8 @@ impl MemoryStore for RemoteStore {
     }
 
     fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
-        let v = self.post("/stats", &json!({ "since": since }))?;
-        serde_json::from_value(v.get("days").cloned().unwrap_or(Value::Null)).map_err(|e| {
-            Error::new(
-                ErrorKind::Remote,
-                format!("the server's counters do not parse: {e}"),
-            )
-        })
+        let answer: StatsAnswer = self.call("/stats", &StatsRequest { since })?;
+        Ok(answer.days)
     }
 }
 

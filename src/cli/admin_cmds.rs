@@ -9,7 +9,7 @@ use lessons::Record;
 use serde_json::json;
 
 use super::store_cmds::{fail, open_handle, open_store, out, store_dir};
-use super::{emit, Cli, Failure, Outcome};
+use super::{emit, to_json, Cli, Failure, Outcome};
 
 // ---- export / import ----
 
@@ -148,11 +148,13 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        emit(
-            &mut o,
-            &json!({"ok": true, "imported": report.imported, "skipped": report.skipped, "decisions": journaled})
-                .to_string(),
-        )?;
+        let answer = lessons::contract::ImportAnswer {
+            ok: true,
+            imported: report.imported,
+            skipped: report.skipped,
+            decisions: journaled,
+        };
+        emit(&mut o, &to_json(&answer)?)?;
     } else {
         emit(
             &mut o,
@@ -346,7 +348,7 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
     let days = store.stats(since).map_err(fail)?;
     let mut o = out();
     if cli.json {
-        emit(&mut o, &json!({ "days": days }).to_string())?;
+        emit(&mut o, &to_json(&lessons::contract::StatsAnswer { days })?)?;
     } else if days.is_empty() {
         emit(&mut o, "no activity in that period")?;
     } else {

@@ -206,6 +206,11 @@ pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A `--json` answer: one of the wire contract's bodies, as the server would write it.
+pub(crate) fn to_json(answer: &impl serde::Serialize) -> Result<String, Failure> {
+    serde_json::to_string(answer).map_err(|e| Failure::Usage(format!("encoding the answer: {e}")))
+}
+
 pub(crate) fn emit(out: &mut impl Write, line: &str) -> Result<(), Failure> {
     // A keyword may carry a lone surrogate (in its private form, U+FDD0 first); it is written
     // as JavaScript writes it.

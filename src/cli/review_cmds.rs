@@ -6,7 +6,6 @@ use std::io::Write;
 use clap::Args;
 use lessons::decisions::{DecisionEvent, DecisionQuery, MAX_JOURNAL_LIMIT};
 use lessons::store::system_clock;
-use serde_json::json;
 
 use super::admin_cmds::parse_since;
 use super::store_cmds::{fail, open_handle, out, Config, ScopeFlags};
@@ -61,7 +60,8 @@ pub fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        emit(&mut o, &json!({ "decisions": decisions }).to_string())?;
+        let answer = lessons::contract::JournalAnswer { decisions };
+        emit(&mut o, &super::to_json(&answer)?)?;
     } else {
         for d in &decisions {
             let mut line = format!(

@@ -5,14 +5,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 use lessons::context::{ContextConfig, RunScopes};
+use lessons::contract::ContextAnswer;
 use lessons::memory::{build_context, reflect, shown_set};
 use lessons::reflect::{reflection_prompt, Origin, Shown};
 use lessons::store::system_clock;
-use serde::Serialize;
-use serde_json::json;
 
 use super::store_cmds::{fail, open_handle, Config, ScopeIds};
-use super::{emit, Cli, Failure, Outcome};
+use super::{emit, to_json, Cli, Failure, Outcome};
 
 /// The scopes of a run: ids without their prefixes; `--org` is required.
 #[derive(Debug, Args, Clone)]
@@ -69,7 +68,12 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure> {
     if !config.enabled {
         // Memory off: no block and no store opened.
         if cli.json {
-            emit(&mut o, &json!({"kept": 0, "fromWindow": 0}).to_string())?;
+            let answer = ContextAnswer {
+                kept: 0,
+                from_window: 0,
+                block: None,
+            };
+            emit(&mut o, &to_json(&answer)?)?;
         }
         return Ok(Outcome::Ok);
     }
@@ -81,21 +85,12 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure> {
         eprintln!("{w}");
     }
     if cli.json {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Answer<'a> {
-            #[serde(skip_serializing_if = "Option::is_none")]
-            block: &'a Option<String>,
-            kept: usize,
-            from_window: usize,
-        }
-        let line = serde_json::to_string(&Answer {
-            block: &ctx.block,
+        let answer = ContextAnswer {
             kept: ctx.records.len(),
             from_window: ctx.from_window,
-        })
-        .map_err(|e| Failure::Usage(e.to_string()))?;
-        emit(&mut o, &line)?;
+            block: ctx.block,
+        };
+        emit(&mut o, &to_json(&answer)?)?;
     } else if let Some(block) = &ctx.block {
         emit(&mut o, block)?;
     }
@@ -134,8 +129,12 @@ pub fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
     let p = reflection_prompt(&shown, &transcript);
     let mut o = io::stdout().lock();
     if cli.json {
-        let line = json!({"system": p.system, "input": p.input, "shown": p.shown}).to_string();
-        emit(&mut o, &line)?;
+        let answer = lessons::contract::PromptAnswer {
+            system: p.system,
+            input: p.input,
+            shown: p.shown,
+        };
+        emit(&mut o, &to_json(&answer)?)?;
     } else {
         emit(&mut o, "=== system ===")?;
         emit(&mut o, &p.system)?;

@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::extract::Request;
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::auth::{authorize, Access};
 use super::metrics::metrics_response;
@@ -339,64 +339,51 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(String, St
             };
             (text(&answer)?, log)
         }
-        other => {
-            let (value, log) = execute_other(state, other)?;
-            (text(&value)?, log)
-        }
+        other => execute_other(state, other)?,
     })
 }
 
-/// The routes beyond the Worker's, answered as JSON values.
-fn execute_other(state: &AppState, body: Body) -> crate::Result<(Value, String)> {
+/// The routes beyond the Worker's, answered with their [`crate::contract`] bodies.
+fn execute_other(state: &AppState, body: Body) -> crate::Result<(String, String)> {
+    use crate::contract::{
+        ContextAnswer, CountAnswer, GetAnswer, ImportAnswer, JournalAnswer, PromptAnswer,
+        ScopesAnswer, StatsAnswer, WindowAnswer,
+    };
     let store = state.store.as_ref();
     Ok(match body {
         Body::Retrieve { .. }
         | Body::Write { .. }
         | Body::List { .. }
         | Body::Forget { .. }
-        | Body::Sweep { .. } => {
-            return Err(crate::Error::invalid(
-                "a memory route reached the wrong handler",
-            ))
-        }
+        | Body::Sweep { .. }
+        | Body::Export => return Err(crate::Error::invalid("a route reached the wrong handler")),
         Body::Get { id } => {
             let record = store.get(&id)?;
-            let found = record.is_some();
-            (json!({ "record": record }), format!("found={found}"))
+            let log = format!("found={}", record.is_some());
+            (text(&GetAnswer { record })?, log)
         }
         Body::Scopes => {
             let scopes = store.scopes()?;
-            let n = scopes.len();
-            (json!({ "scopes": scopes }), format!("scopes={n}"))
+            let log = format!("scopes={}", scopes.len());
+            (text(&ScopesAnswer { scopes })?, log)
         }
-        Body::Export => {
-            // Answered by `export_response`, streaming; kept for completeness.
-            let mut records = Vec::new();
-            store.export(&mut |r| {
-                records.push(r);
-                Ok(())
-            })?;
-            let n = records.len();
-            (json!({ "records": records }), format!("records={n}"))
+        Body::Count { scope } => {
+            let active = store.active_count(&scope)?;
+            (
+                text(&CountAnswer { active })?,
+                format!("{scope} active={active}"),
+            )
         }
         Body::Journal { scope, query } => {
             let decisions = store.decisions(&scope, &query)?;
             let log = format!("{scope} decisions={}", decisions.len());
-            (json!({ "decisions": decisions }), log)
+            (text(&JournalAnswer { decisions })?, log)
         }
         Body::Review { days, scope } => {
-            let r = crate::review::review(
-                store,
-                days,
-                scope.as_ref(),
-                system_clock()(),
-                &state.review,
-            )?;
+            let now = system_clock()();
+            let r = crate::review::review(store, days, scope.as_ref(), now, &state.review)?;
             let log = format!("days={days} fired={}", r.fired.len());
-            (
-                serde_json::to_value(&r).map_err(|e| crate::Error::format(e.to_string()))?,
-                log,
-            )
+            (text(&r)?, log)
         }
         Body::Window { scope } => {
             let records = store.window(&scope, state.context.repo_window.max(1))?;
@@ -410,61 +397,53 @@ fn execute_other(state: &AppState, body: Body) -> crate::Result<(Value, String)>
                 state.context.limit,
                 state.context.max_tokens,
             );
-            let mut answer = serde_json::Map::new();
-            answer.insert("records".into(), json!(&*records));
-            if let Some(b) = block {
-                answer.insert("kept".into(), json!(b.kept));
-                answer.insert("block".into(), Value::String(b.text));
-            } else {
-                answer.insert("kept".into(), json!(0));
-            }
-            (Value::Object(answer), format!("{scope} window"))
+            let answer = WindowAnswer {
+                records: records
+                    .iter()
+                    .map(|r| &**r)
+                    .collect::<Vec<&crate::Record>>(),
+                kept: block.as_ref().map_or(0, |b| b.kept),
+                block: block.map(|b| b.text),
+            };
+            (text(&answer)?, format!("{scope} window"))
         }
         Body::Import { records, decisions } => {
             let r = store.import(&records)?;
             let journaled = store.import_decisions(&decisions)?;
-            let mut answer = serde_json::Map::new();
-            answer.insert("ok".into(), json!(true));
-            answer.insert("imported".into(), json!(r.imported));
-            answer.insert("skipped".into(), json!(r.skipped));
-            if journaled > 0 {
-                answer.insert("decisions".into(), json!(journaled));
-            }
-            let answer = Value::Object(answer);
-            (
-                answer,
-                format!(
-                    "imported={} skipped={} decisions={journaled}",
-                    r.imported, r.skipped
-                ),
-            )
+            let answer = ImportAnswer {
+                ok: true,
+                imported: r.imported,
+                skipped: r.skipped,
+                decisions: journaled,
+            };
+            let log = format!(
+                "imported={} skipped={} decisions={journaled}",
+                r.imported, r.skipped
+            );
+            (text(&answer)?, log)
         }
         Body::Stats { since } => {
             let days = store.stats(since)?;
-            let n = days.len();
-            (json!({ "days": days }), format!("days={n}"))
+            let log = format!("days={}", days.len());
+            (text(&StatsAnswer { days })?, log)
         }
         Body::Context { run, brief } => {
             let ctx = build_context(store, &run, &brief, &state.context, system_clock()());
             for w in &ctx.warnings {
                 log::warn!("{w}");
             }
-            let mut answer = serde_json::Map::new();
-            answer.insert("kept".into(), json!(ctx.records.len()));
-            answer.insert("fromWindow".into(), json!(ctx.from_window));
-            if let Some(block) = ctx.block {
-                answer.insert("block".into(), Value::String(block));
-            }
-            let answer = Value::Object(answer);
-            (
-                answer,
-                format!(
-                    "{} kept={} window={}",
-                    run.resource(),
-                    ctx.records.len(),
-                    ctx.from_window
-                ),
-            )
+            let log = format!(
+                "{} kept={} window={}",
+                run.resource(),
+                ctx.records.len(),
+                ctx.from_window
+            );
+            let answer = ContextAnswer {
+                kept: ctx.records.len(),
+                from_window: ctx.from_window,
+                block: ctx.block,
+            };
+            (text(&answer)?, log)
         }
         Body::Prompt {
             run,
@@ -475,11 +454,13 @@ fn execute_other(state: &AppState, body: Body) -> crate::Result<(Value, String)>
             let shown = shown_set(store, &run, &request, &answer, &state.context)?;
             let transcript = transcript.unwrap_or_else(|| format!("{request}\n\n{answer}"));
             let p = reflection_prompt(&shown, &transcript);
-            let n = p.shown.len();
-            (
-                json!({"system": p.system, "input": p.input, "shown": p.shown}),
-                format!("{} shown={n}", run.resource()),
-            )
+            let log = format!("{} shown={}", run.resource(), p.shown.len());
+            let answer = PromptAnswer {
+                system: p.system,
+                input: p.input,
+                shown: p.shown,
+            };
+            (text(&answer)?, log)
         }
         Body::Reflect {
             run,
@@ -500,10 +481,7 @@ fn execute_other(state: &AppState, body: Body) -> crate::Result<(Value, String)>
             )?;
             let line = outcome.line();
             log::info!("{line}");
-            (
-                serde_json::to_value(&outcome).map_err(|e| crate::Error::format(e.to_string()))?,
-                run.resource(),
-            )
+            (text(&outcome)?, run.resource())
         }
     })
 }

@@ -38,6 +38,8 @@ pub enum Body {
     Get { id: String },
     /// `POST /scopes`.
     Scopes,
+    /// `POST /count`: a scope's active records.
+    Count { scope: ScopeKey },
     /// `POST /export`.
     Export,
     /// `POST /import`.
@@ -82,7 +84,7 @@ pub enum Body {
 }
 
 /// The routes that take a JSON body, and whether they change the store.
-pub const POST_ROUTES: [(&str, bool); 16] = [
+pub const POST_ROUTES: [(&str, bool); 17] = [
     ("/retrieve", false),
     ("/write", true),
     ("/list", false),
@@ -99,6 +101,7 @@ pub const POST_ROUTES: [(&str, bool); 16] = [
     ("/journal", false),
     ("/review", false),
     ("/window", false),
+    ("/count", false),
 ];
 
 pub use crate::model::MAX_IMPORT;
@@ -507,6 +510,7 @@ pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
             },
         },
         "/window" => Body::Window { scope: scope(o)? },
+        "/count" => Body::Count { scope: scope(o)? },
         "/stats" => Body::Stats {
             since: match field(o, "since") {
                 None => 0,

@@ -317,7 +317,12 @@ fn every_route_answers_the_workers_json() {
     assert_eq!(e["records"].as_array().map(Vec::len), Some(3));
     assert_eq!(
         post(&url, "/import", json!({"records": e["records"]})),
-        json!({"ok": true, "imported": 0, "skipped": 3})
+        json!({"ok": true, "imported": 0, "skipped": 3, "decisions": 0}),
+        "the same answer as `lessons import --json`: every count, zero included"
+    );
+    assert_eq!(
+        post(&url, "/count", json!({"scopeKey": "repo:acme/app"})),
+        json!({"active": 1})
     );
     let st = post(&url, "/stats", json!({}));
     assert_eq!(st["days"][0]["counters"]["swept"], 1);

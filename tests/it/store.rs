@@ -1092,3 +1092,39 @@ fn eviction_stays_least_recently_used_after_the_order_leaves_memory() {
         ["note 5 about caching", "note 2 about caching"]
     );
 }
+
+#[test]
+fn active_count_counts_facts_and_summaries_of_one_scope_in_every_store() {
+    each(|store, _| {
+        let repo = scope("repo:acme/app");
+        let other = scope("repo:acme/other");
+        let facts: Vec<Candidate> = (0..4)
+            .map(|i| Candidate::fact(format!("lesson {i} about the build"), "th"))
+            .collect();
+        store.write(&repo, &facts, &opts()).expect("write");
+        store
+            .write(
+                &repo,
+                &[Candidate::summary("the week in brief", "th")],
+                &opts(),
+            )
+            .expect("write");
+        store
+            .write(
+                &other,
+                &[Candidate::fact("another scope's lesson", "th")],
+                &opts(),
+            )
+            .expect("write");
+        assert_eq!(store.active_count(&repo).expect("count"), 5);
+        let first = store.window(&repo, 50).expect("window")[0].id.clone();
+        assert!(store.forget(&repo, &first).expect("forget"));
+        assert_eq!(
+            store.active_count(&repo).expect("count"),
+            4,
+            "forgotten is not active"
+        );
+        assert_eq!(store.active_count(&other).expect("count"), 1);
+        assert_eq!(store.active_count(&scope("org:none")).expect("count"), 0);
+    });
+}
