@@ -35,7 +35,7 @@ use tantivy::{
 
 use crate::error::{Error, Result};
 use crate::fts::FtsDoc;
-use crate::model::parse_record_id;
+use crate::model::RecordId;
 
 const TOKENIZER: &str = "lessons_tokens";
 /// The writer's heap: tantivy's minimum per indexing thread is 15 MB; one thread is enough for
@@ -223,7 +223,7 @@ impl KeywordIndex {
                     keywords,
                 } => {
                     writer.delete_term(Term::from_field_text(self.f_id, id));
-                    let Some((_, seq)) = parse_record_id(id) else {
+                    let Some(RecordId { seq, .. }) = RecordId::parse(id) else {
                         return Err(Error::index(format!("{id:?} is not a record id")));
                     };
                     let fts = FtsDoc::of(text, keywords);

@@ -151,8 +151,36 @@ impl<'de> Deserialize<'de> for ScopeKey {
     }
 }
 
-/// Splits a record id `mem:<scope>:<seq>` into its scope and sequence number.
-pub fn parse_record_id(id: &str) -> Option<(ScopeKey, u64)> {
+/// A record's id, `mem:<scope>:<seq>`, read: the scope the record belongs to and its sequence
+/// number there. Ids are strings on the wire and in records; this is what code reads them into.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordId {
+    /// The record's scope.
+    pub scope: ScopeKey,
+    /// Its sequence number in the scope (0, 1, … in write order, never reused).
+    pub seq: u64,
+}
+
+impl RecordId {
+    /// Reads `mem:<scope>:<seq>`; `None` unless the scope is a valid key and `seq` a decimal
+    /// `u64` without leading zeros.
+    pub fn parse(id: &str) -> Option<RecordId> {
+        let (scope, seq) = split_record_id(id)?;
+        Some(RecordId {
+            scope: ScopeKey::parse(scope).ok()?,
+            seq,
+        })
+    }
+}
+
+impl fmt::Display for RecordId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "mem:{}:{}", self.scope, self.seq)
+    }
+}
+
+/// `(scope text, seq)` of `mem:<scope>:<seq>`, the scope not checked: no allocation.
+fn split_record_id(id: &str) -> Option<(&str, u64)> {
     let rest = id.strip_prefix("mem:")?;
     let (scope, seq) = rest.rsplit_once(':')?;
     if seq.is_empty()
@@ -161,8 +189,7 @@ pub fn parse_record_id(id: &str) -> Option<(ScopeKey, u64)> {
     {
         return None;
     }
-    let seq: u64 = seq.parse().ok()?;
-    Some((ScopeKey::parse(scope).ok()?, seq))
+    Some((scope, seq.parse().ok()?))
 }
 
 /// A fact (a lesson) or a summary (an episode).
@@ -436,9 +463,10 @@ impl Record {
         )
     }
 
-    /// The sequence number encoded in the id.
+    /// The sequence number encoded in the id. A stored record's id is valid, so only its digits
+    /// are read: no scope key is parsed or allocated (the `list` merge calls this per record).
     pub fn seq(&self) -> Option<u64> {
-        parse_record_id(&self.id).map(|(_, seq)| seq)
+        split_record_id(&self.id).map(|(_, seq)| seq)
     }
 
     /// `lastUsedAt ?? createdAt`: the key of recency and eviction.
@@ -452,7 +480,7 @@ impl Record {
     }
 
     fn validate_reason(&self) -> Result<(), String> {
-        let (scope, _) = parse_record_id(&self.id)
+        let RecordId { scope, .. } = RecordId::parse(&self.id)
             .ok_or_else(|| format!("id {:?} is not mem:<scopeKey>:<seq>", self.id))?;
         if scope != self.scope_key {
             return Err(format!(
@@ -814,11 +842,14 @@ mod tests {
             scope.record_id(u64::MAX),
             format!("mem:channel:slack:C1:{}", u64::MAX)
         );
-        assert_eq!(parse_record_id(&id), Some((scope, 42)));
-        assert_eq!(parse_record_id("mem:org:a:01"), None);
-        assert_eq!(parse_record_id("mem:org:a:"), None);
-        assert_eq!(parse_record_id("org:a:1"), None);
-        assert_eq!(parse_record_id("mem:org:a:99999999999999999999999"), None);
+        let read = RecordId::parse(&id).expect("a valid id");
+        assert_eq!(read.to_string(), id);
+        assert_eq!(read, RecordId { scope, seq: 42 });
+        assert_eq!(RecordId::parse("mem:org:a:01"), None);
+        assert_eq!(RecordId::parse("mem:org:a:"), None);
+        assert_eq!(RecordId::parse("org:a:1"), None);
+        assert_eq!(RecordId::parse("mem:org:a:99999999999999999999999"), None);
+        assert_eq!(RecordId::parse("mem:not a scope:1"), None);
     }
 
     #[test]

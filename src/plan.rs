@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{parse_record_id, ScopeKey, Status, ValidCandidate, WriteCounts};
+use crate::model::{RecordId, ScopeKey, Status, ValidCandidate, WriteCounts};
 use crate::text::normalize;
 
 /// The default number of active records a scope may hold.
@@ -105,7 +105,7 @@ pub fn needs(
     let mut norms = Vec::new();
     for c in candidates {
         for id in [&c.restates, &c.supersedes].into_iter().flatten() {
-            if let Some((s, seq)) = parse_record_id(id) {
+            if let Some(RecordId { scope: s, seq }) = RecordId::parse(id) {
                 if &s == scope && !seqs.contains(&seq) {
                     seqs.push(seq);
                 }
@@ -212,7 +212,7 @@ pub fn plan_write(
         }
     };
     let resolve = |state: &BTreeMap<u64, Touched>, id: &Option<String>| -> Option<ActiveMeta> {
-        let (s, seq) = parse_record_id(id.as_deref()?)?;
+        let RecordId { scope: s, seq } = RecordId::parse(id.as_deref()?)?;
         if &s != scope {
             return None;
         }

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::gate::rejection_markers;
 use crate::model::Tally;
-use crate::model::{parse_record_id, Candidate, Record, ScopeKey};
+use crate::model::{Candidate, Record, RecordId, ScopeKey};
 use crate::redact::redact_secrets;
 use crate::text::{floor_char_boundary, tail_utf16, utf16_len};
 
@@ -446,8 +446,8 @@ pub fn route(
             .restates
             .as_deref()
             .or(f.supersedes.as_deref())
-            .and_then(parse_record_id)
-            .map(|(s, _)| s);
+            .and_then(RecordId::parse)
+            .map(|r| r.scope);
         let wanted = pointer_scope
             .or_else(|| scope_of(run, f.audience).cloned())
             .unwrap_or_else(|| run.org.clone());

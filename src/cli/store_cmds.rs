@@ -5,7 +5,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use lessons::model::parse_record_id;
+use lessons::model::RecordId;
 use lessons::remote::RemoteStore;
 use lessons::store::{day_of, system_clock, EmbeddedStoreBuilder};
 use lessons::{
@@ -464,7 +464,7 @@ pub struct ForgetArgs {
 }
 
 pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
-    let Some((scope, _)) = parse_record_id(&args.id) else {
+    let Some(RecordId { scope, .. }) = RecordId::parse(&args.id) else {
         return Err(Failure::Usage(format!(
             "{:?} is not a record id (mem:<scopeKey>:<seq>)",
             args.id

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
-use crate::model::{parse_record_id, Candidate, Kind, Record, ScopeKey, Status, WriteCounts};
+use crate::model::{Candidate, Kind, Record, RecordId, ScopeKey, Status, WriteCounts};
 use crate::plan::DEFAULT_CAP;
 use crate::rank::rank;
 use crate::text::{normalize, tokenize};
@@ -69,7 +69,7 @@ impl InMemoryStore {
 type Records = BTreeMap<u64, Record>;
 
 fn active_index(records: &Records, scope: &ScopeKey, id: &Option<String>) -> Option<u64> {
-    let (s, seq) = parse_record_id(id.as_deref()?)?;
+    let RecordId { scope: s, seq } = RecordId::parse(id.as_deref()?)?;
     (&s == scope && records.get(&seq)?.status == Status::Active).then_some(seq)
 }
 
@@ -371,7 +371,7 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn get(&self, id: &str) -> Result<Option<Record>> {
-        let Some((scope, seq)) = parse_record_id(id) else {
+        let Some(RecordId { scope, seq }) = RecordId::parse(id) else {
             return Ok(None);
         };
         let state = self.state.lock();

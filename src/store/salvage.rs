@@ -26,7 +26,7 @@ use super::journal::{self, VALUE_TYPE_VALUE};
 use super::{EmbeddedStore, MemoryStore};
 use crate::decisions::Decision;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{parse_record_id, Record, Status};
+use crate::model::{Record, RecordId, Status};
 
 /// What a salvage found and copied.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -157,7 +157,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     }
     report.lost = known
         .into_iter()
-        .filter(|id| !found.contains_key(id) && parse_record_id(id).is_some())
+        .filter(|id| !found.contains_key(id) && RecordId::parse(id).is_some())
         .collect();
 
     let dest = EmbeddedStore::open(to)?;
@@ -174,7 +174,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     }
     let mut reserve: BTreeMap<crate::model::ScopeKey, u64> = BTreeMap::new();
     for id in &report.lost {
-        if let Some((scope, seq)) = parse_record_id(id) {
+        if let Some(RecordId { scope, seq }) = RecordId::parse(id) {
             let next = reserve.entry(scope).or_default();
             *next = (*next).max(seq + 1);
         }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
+use crate::model::RecordId;
 use fjall::{OwnedWriteBatch, Readable};
 
 use super::super::codec;
@@ -155,7 +156,7 @@ pub(super) fn of_write(
         let Some(old_id) = &insert.supersedes else {
             continue;
         };
-        let Some((_, old_seq)) = crate::model::parse_record_id(old_id) else {
+        let Some(RecordId { seq: old_seq, .. }) = RecordId::parse(old_id) else {
             continue;
         };
         let retired = plan

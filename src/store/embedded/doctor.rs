@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
+use crate::model::RecordId;
 use fjall::Readable;
 
 use super::super::codec::{self, ScopeMeta};
@@ -360,8 +361,8 @@ impl Shared {
     pub(super) fn lost_ids(&self, limit: usize) -> Result<Vec<String>> {
         let mut out = Vec::new();
         for id in self.index.ids()? {
-            let held = match crate::model::parse_record_id(&id) {
-                Some((scope, seq)) => self.load_any(&scope, seq)?.is_some(),
+            let held = match RecordId::parse(&id) {
+                Some(RecordId { scope, seq }) => self.load_any(&scope, seq)?.is_some(),
                 None => false,
             };
             if !held {
@@ -386,7 +387,7 @@ impl Shared {
         let lost = self.lost_ids(usize::MAX)?;
         let mut next: HashMap<ScopeKey, u64> = HashMap::new();
         for id in &lost {
-            if let Some((scope, seq)) = crate::model::parse_record_id(id) {
+            if let Some(RecordId { scope, seq }) = RecordId::parse(id) {
                 let n = next.entry(scope).or_default();
                 *n = (*n).max(seq + 1);
             }

@@ -11,7 +11,7 @@ use super::{st, Shared};
 use crate::error::{Error, Result};
 use crate::fts::FtsDoc;
 use crate::index::{IndexOp, Mark};
-use crate::model::{parse_record_id, ScopeKey};
+use crate::model::{RecordId, ScopeKey};
 
 /// Index operations between their outbox entry and the tantivy commit that covers them.
 #[derive(Default)]
@@ -64,7 +64,7 @@ impl PendingDoc {
         else {
             return None;
         };
-        let (scope, seq) = parse_record_id(id)?;
+        let RecordId { scope, seq } = RecordId::parse(id)?;
         Some(PendingDoc {
             scope,
             seq,
@@ -210,8 +210,8 @@ impl Shared {
 
     /// The index operation that brings `id`'s document up to date with fjall.
     pub(super) fn current_op(&self, id: &str) -> Result<IndexOp> {
-        let active = match parse_record_id(id) {
-            Some((scope, seq)) => self.load_active(&scope, seq)?,
+        let active = match RecordId::parse(id) {
+            Some(RecordId { scope, seq }) => self.load_active(&scope, seq)?,
             None => None,
         };
         Ok(match active {

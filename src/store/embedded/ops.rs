@@ -17,7 +17,7 @@ use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::IndexOp;
 use crate::model::{
-    parse_record_id, Candidate, Kind, Record, ScopeKey, Status, ValidCandidate, WriteCounts,
+    Candidate, Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts,
 };
 use crate::plan::{self};
 use crate::rank::rank;
@@ -262,7 +262,7 @@ impl MemoryStore for EmbeddedStore {
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
         crate::store::validate_forget_id(id)?;
         let s = &*self.shared;
-        let Some((sc, seq)) = parse_record_id(id) else {
+        let Some(RecordId { scope: sc, seq }) = RecordId::parse(id) else {
             return Ok(false);
         };
         if &sc != scope {
@@ -345,8 +345,8 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn get(&self, id: &str) -> Result<Option<Record>> {
-        match parse_record_id(id) {
-            Some((scope, seq)) => self.shared.load_any(&scope, seq),
+        match RecordId::parse(id) {
+            Some(RecordId { scope, seq }) => self.shared.load_any(&scope, seq),
             None => Ok(None),
         }
     }
@@ -683,8 +683,8 @@ fn merged_provenance(
                     .iter()
                     .find(|ins| ins.seq == seq)
                     .and_then(|ins| ins.supersedes.as_deref())
-                    .and_then(parse_record_id)
-                    .map(|(_, t)| t);
+                    .and_then(RecordId::parse)
+                    .map(|r| r.seq);
                 let p = match target {
                     Some(t) => crate::provenance::merge_provenance(
                         scope.as_str(),
