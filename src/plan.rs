@@ -193,74 +193,42 @@ pub fn plan_write(
         next_seq: snapshot.next_seq,
         ..Plan::default()
     };
-    // The overlay: every record this write has looked at or made, in its current state.
-    let mut state: BTreeMap<u64, Touched> = BTreeMap::new();
-    let mut changed: Vec<u64> = Vec::new();
+    let mut overlay = Overlay::default();
     let mut active_count = snapshot.active_count;
-
-    let lookup = |state: &BTreeMap<u64, Touched>, seq: u64| -> Option<ActiveMeta> {
-        match state.get(&seq) {
-            Some(t) => (t.status == Status::Active).then(|| t.meta.clone()),
-            None => snapshot.records.get(&seq).cloned().or_else(|| {
-                snapshot
-                    .by_norm
-                    .values()
-                    .flatten()
-                    .find(|m| m.seq == seq)
-                    .cloned()
-            }),
-        }
-    };
-    let resolve = |state: &BTreeMap<u64, Touched>, id: &Option<String>| -> Option<ActiveMeta> {
+    let resolve = |overlay: &Overlay, id: &Option<String>| -> Option<ActiveMeta> {
         let RecordId { scope: s, seq } = RecordId::parse(id.as_deref()?)?;
         if &s != scope {
             return None;
         }
-        lookup(state, seq)
+        overlay.active(snapshot, seq)
     };
 
     for (index, c) in candidates.iter().enumerate() {
-        if let Some(mut target) = resolve(&state, &c.restates) {
+        if let Some(mut target) = resolve(&overlay, &c.restates) {
             target.use_count += 1;
             target.last_used_at = Some(now);
             target.confidence = match (target.confidence, c.confidence) {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
             };
-            let seq = target.seq;
-            state.insert(
-                seq,
-                Touched {
-                    meta: target,
-                    status: Status::Active,
-                },
-            );
-            changed.push(seq);
             plan.counts.restated += 1;
-            plan.outcomes.push(Outcome::Restated(seq));
+            plan.outcomes.push(Outcome::Restated(target.seq));
+            overlay.set(target, Status::Active);
             continue;
         }
-        let target = resolve(&state, &c.supersedes);
+        let target = resolve(&overlay, &c.supersedes);
         let norm = normalize(&c.text);
         let hit = match (&c.supersedes, &target) {
             _ if !c.dedup => None,
-            (None, _) => lowest_active_with_norm(snapshot, &state, &norm),
+            (None, _) => lowest_active_with_norm(snapshot, &overlay.state, &norm),
             (Some(_), Some(t)) => (t.norm == norm).then(|| t.clone()),
             (Some(_), None) => None,
         };
         if let Some(mut hit) = hit {
             hit.use_count += 1;
-            let seq = hit.seq;
-            state.insert(
-                seq,
-                Touched {
-                    meta: hit,
-                    status: Status::Active,
-                },
-            );
-            changed.push(seq);
             plan.counts.deduped += 1;
-            plan.outcomes.push(Outcome::Deduped(seq));
+            plan.outcomes.push(Outcome::Deduped(hit.seq));
+            overlay.set(hit, Status::Active);
             continue;
         }
         let seq = plan.next_seq;
@@ -274,14 +242,7 @@ pub fn plan_write(
             use_count: 0,
             confidence: c.confidence,
         };
-        state.insert(
-            seq,
-            Touched {
-                meta,
-                status: Status::Active,
-            },
-        );
-        changed.push(seq);
+        overlay.set(meta, Status::Active);
         active_count += 1;
         plan.counts.inserted += 1;
         plan.outcomes.push(Outcome::Inserted(seq));
@@ -291,14 +252,7 @@ pub fn plan_write(
             supersedes: target.as_ref().map(|t| scope.record_id(t.seq)),
         });
         if let Some(t) = target {
-            state.insert(
-                t.seq,
-                Touched {
-                    meta: t.clone(),
-                    status: Status::Superseded,
-                },
-            );
-            changed.push(t.seq);
+            overlay.set(t, Status::Superseded);
             active_count -= 1;
             plan.counts.superseded += 1;
         }
@@ -306,41 +260,70 @@ pub fn plan_write(
 
     let excess = active_count.saturating_sub(cap);
     if excess > 0 {
+        plan.counts.evicted += overlay.evict(snapshot, excess);
+    }
+    for seq in overlay.changed {
+        if let Some(t) = overlay.state.get(&seq) {
+            plan.touched.insert(seq, t.clone());
+        }
+    }
+    plan
+}
+
+/// Every record a write has looked at or made, in its current state, and the order in which
+/// they changed.
+#[derive(Default)]
+struct Overlay {
+    state: BTreeMap<u64, Touched>,
+    changed: Vec<u64>,
+}
+
+impl Overlay {
+    fn set(&mut self, meta: ActiveMeta, status: Status) {
+        let seq = meta.seq;
+        self.state.insert(seq, Touched { meta, status });
+        self.changed.push(seq);
+    }
+
+    /// Record `seq` if it is active: as this write left it, else as the snapshot read it.
+    fn active(&self, snapshot: &Snapshot, seq: u64) -> Option<ActiveMeta> {
+        match self.state.get(&seq) {
+            Some(t) => (t.status == Status::Active).then(|| t.meta.clone()),
+            None => snapshot.records.get(&seq).cloned().or_else(|| {
+                snapshot
+                    .by_norm
+                    .values()
+                    .flatten()
+                    .find(|m| m.seq == seq)
+                    .cloned()
+            }),
+        }
+    }
+
+    /// Evicts the `excess` least recently used active records; how many it evicted.
+    fn evict(&mut self, snapshot: &Snapshot, excess: usize) -> u64 {
         // Untouched records keep their stored order; touched active ones join with their new
         // keys. The head was read long enough to cover every skipped entry.
         let mut order: Vec<ActiveMeta> = snapshot
             .eviction_head
             .iter()
-            .filter(|m| !state.contains_key(&m.seq))
+            .filter(|m| !self.state.contains_key(&m.seq))
             .cloned()
             .collect();
         order.extend(
-            state
+            self.state
                 .values()
                 .filter(|t| t.status == Status::Active)
                 .map(|t| t.meta.clone()),
         );
         order.sort_by_key(ActiveMeta::eviction_key);
+        let mut evicted = 0;
         for victim in order.into_iter().take(excess) {
-            let seq = victim.seq;
-            state.insert(
-                seq,
-                Touched {
-                    meta: victim,
-                    status: Status::Evicted,
-                },
-            );
-            changed.push(seq);
-            plan.counts.evicted += 1;
+            self.set(victim, Status::Evicted);
+            evicted += 1;
         }
+        evicted
     }
-
-    for seq in changed {
-        if let Some(t) = state.get(&seq) {
-            plan.touched.insert(seq, t.clone());
-        }
-    }
-    plan
 }
 
 fn lowest_active_with_norm(

@@ -1,5 +1,6 @@
 //! One request, start to finish: the contract's check order, the body, the store call on a
-//! blocking thread, the JSON answer; and `/export` as a stream.
+//! blocking thread, the JSON answer; the Worker's five routes (the others are in `extension`);
+//! and `/export` as a stream.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,15 +9,13 @@ use axum::body::Bytes;
 use axum::extract::Request;
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::auth::{authorize, Access};
 use super::metrics::metrics_response;
 use super::wire::{Body, POST_ROUTES};
 use super::{AppState, BODY_TIMEOUT, MAX_BODY_BYTES, MAX_EXPORTS};
-use crate::memory::{build_context, reflect, shown_set};
-use crate::reflect::reflection_prompt;
-use crate::store::{system_clock, WriteOptions};
+use crate::store::WriteOptions;
 
 pub(super) fn error(status: StatusCode, message: &str) -> Response {
     let answer = crate::contract::ErrorAnswer {
@@ -144,24 +143,7 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
         return (page_response(content_type, body), None);
     }
     if path == "/healthz" {
-        if let Some(reason) = state.failure() {
-            let body = json!({"ok": false, "error": format!("the store failed: {reason}")});
-            return (
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    body.to_string(),
-                )
-                    .into_response(),
-                None,
-            );
-        }
-        return (
-            ok_json(
-                &json!({"ok": true, "build": {"commit": state.commit}, "features": ["memory"]}),
-            ),
-            None,
-        );
+        return (healthz(state), None);
     }
     let access = match authorize(&state.auth, req.headers()) {
         Some(a) => a,
@@ -173,6 +155,37 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
     if post_route == Some(true) && matches!(access, Access::ReadOnly) {
         return (error(StatusCode::FORBIDDEN, "forbidden"), None);
     }
+    let value = match read_body(req).await {
+        Ok(value) => value,
+        Err(refusal) => return refusal,
+    };
+    let body = match super::wire::parse(&path, &value) {
+        Ok(b) => b,
+        Err(reason) => return (error(StatusCode::BAD_REQUEST, &reason), None),
+    };
+    if matches!(body, Body::Export) {
+        return export_response(state);
+    }
+    run(state, &path, body).await
+}
+
+/// `GET /healthz`: 200 while the store works, 503 with the reason once it failed.
+fn healthz(state: &AppState) -> Response {
+    if let Some(reason) = state.failure() {
+        let body = json!({"ok": false, "error": format!("the store failed: {reason}")});
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    ok_json(&json!({"ok": true, "build": {"commit": state.commit}, "features": ["memory"]}))
+}
+
+/// The request's JSON body, or the refusal to answer: 411 without a plain numeric length, 413
+/// over the fence, 408 when it is slow to arrive, 400 when it is not JSON.
+async fn read_body(req: Request) -> Result<Value, (Response, Option<String>)> {
     // A plain digit string (RFC 9110), as the reference checks it: an absent header, a blank
     // one, or "+5" / "0x10" / "5e2" is 411; a well-formed length over the fence is 413, however
     // many digits it has.
@@ -183,44 +196,42 @@ pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, 
         .map(str::trim)
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
     let Some(length) = length else {
-        return (
+        return Err((
             error(
                 StatusCode::LENGTH_REQUIRED,
                 "body must declare a numeric Content-Length",
             ),
             None,
-        );
+        ));
     };
     if length.parse::<usize>().map_or(true, |n| n > MAX_BODY_BYTES) {
-        return (too_large(), None);
+        return Err((too_large(), None));
     }
     let read = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
     let bytes: Bytes = match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Ok(Ok(b)) => b,
-        Ok(Err(_)) => return (too_large(), None),
+        Ok(Err(_)) => return Err((too_large(), None)),
         Err(_) => {
-            return (
+            return Err((
                 error(
                     StatusCode::REQUEST_TIMEOUT,
                     "the body did not arrive within 10 seconds",
                 ),
                 Some("slow body".to_owned()),
-            )
+            ))
         }
     };
-    let Some(value) = crate::json::decode(&bytes) else {
-        return (
+    crate::json::decode(&bytes).ok_or_else(|| {
+        (
             error(StatusCode::BAD_REQUEST, "body must be valid JSON"),
             None,
-        );
-    };
-    let body = match super::wire::parse(&path, &value) {
-        Ok(b) => b,
-        Err(reason) => return (error(StatusCode::BAD_REQUEST, &reason), None),
-    };
-    if matches!(body, Body::Export) {
-        return export_response(state);
-    }
+        )
+    })
+}
+
+/// Runs a parsed request on a blocking thread: 200 with its answer, 400 when the store refuses
+/// it, 500 (and a failed store, for a storage error) otherwise.
+async fn run(state: &Arc<AppState>, path: &str, body: Body) -> (Response, Option<String>) {
     let worker = Arc::clone(state);
     match tokio::task::spawn_blocking(move || execute(&worker, body)).await {
         Ok(Ok((text, log))) => (
@@ -262,7 +273,7 @@ struct SharedRecords<'a> {
     records: &'a [std::sync::Arc<crate::Record>],
 }
 
-fn text(answer: &impl serde::Serialize) -> crate::Result<String> {
+pub(super) fn text(answer: &impl serde::Serialize) -> crate::Result<String> {
     serde_json::to_string(answer)
         .map(crate::json::restore_lone)
         .map_err(|e| crate::Error::format(format!("encoding the answer: {e}")))
@@ -339,150 +350,7 @@ pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(String, St
             };
             (text(&answer)?, log)
         }
-        other => execute_other(state, other)?,
-    })
-}
-
-/// The routes beyond the Worker's, answered with their [`crate::contract`] bodies.
-fn execute_other(state: &AppState, body: Body) -> crate::Result<(String, String)> {
-    use crate::contract::{
-        ContextAnswer, CountAnswer, GetAnswer, ImportAnswer, JournalAnswer, PromptAnswer,
-        ScopesAnswer, StatsAnswer, WindowAnswer,
-    };
-    let store = state.store.as_ref();
-    Ok(match body {
-        Body::Retrieve { .. }
-        | Body::Write { .. }
-        | Body::List { .. }
-        | Body::Forget { .. }
-        | Body::Sweep { .. }
-        | Body::Export => return Err(crate::Error::invalid("a route reached the wrong handler")),
-        Body::Get { id } => {
-            let record = store.get(&id)?;
-            let log = format!("found={}", record.is_some());
-            (text(&GetAnswer { record })?, log)
-        }
-        Body::Scopes => {
-            let scopes = store.scopes()?;
-            let log = format!("scopes={}", scopes.len());
-            (text(&ScopesAnswer { scopes })?, log)
-        }
-        Body::Count { scope } => {
-            let active = store.active_count(&scope)?;
-            (
-                text(&CountAnswer { active })?,
-                format!("{scope} active={active}"),
-            )
-        }
-        Body::Journal { scope, query } => {
-            let decisions = store.decisions(&scope, &query)?;
-            let log = format!("{scope} decisions={}", decisions.len());
-            (text(&JournalAnswer { decisions })?, log)
-        }
-        Body::Review { days, scope } => {
-            let now = system_clock()();
-            let r = crate::review::review(store, days, scope.as_ref(), now, &state.review)?;
-            let log = format!("days={days} fired={}", r.fired.len());
-            (text(&r)?, log)
-        }
-        Body::Window { scope } => {
-            let records = store.window(&scope, state.context.repo_window.max(1))?;
-            let pairs: Vec<(&str, &str)> = records
-                .iter()
-                .map(|r| (r.text.as_str(), r.source_thread_key.as_str()))
-                .collect();
-            let block = crate::context::render_block(
-                scope.as_str(),
-                &pairs,
-                state.context.limit,
-                state.context.max_tokens,
-            );
-            let answer = WindowAnswer {
-                records: records
-                    .iter()
-                    .map(|r| &**r)
-                    .collect::<Vec<&crate::Record>>(),
-                kept: block.as_ref().map_or(0, |b| b.kept),
-                block: block.map(|b| b.text),
-            };
-            (text(&answer)?, format!("{scope} window"))
-        }
-        Body::Import { records, decisions } => {
-            let r = store.import(&records)?;
-            let journaled = store.import_decisions(&decisions)?;
-            let answer = ImportAnswer {
-                ok: true,
-                imported: r.imported,
-                skipped: r.skipped,
-                decisions: journaled,
-            };
-            let log = format!(
-                "imported={} skipped={} decisions={journaled}",
-                r.imported, r.skipped
-            );
-            (text(&answer)?, log)
-        }
-        Body::Stats { since } => {
-            let days = store.stats(since)?;
-            let log = format!("days={}", days.len());
-            (text(&StatsAnswer { days })?, log)
-        }
-        Body::Context { run, brief } => {
-            let ctx = build_context(store, &run, &brief, &state.context, system_clock()());
-            for w in &ctx.warnings {
-                log::warn!("{w}");
-            }
-            let log = format!(
-                "{} kept={} window={}",
-                run.resource(),
-                ctx.records.len(),
-                ctx.from_window
-            );
-            let answer = ContextAnswer {
-                kept: ctx.records.len(),
-                from_window: ctx.from_window,
-                block: ctx.block,
-            };
-            (text(&answer)?, log)
-        }
-        Body::Prompt {
-            run,
-            request,
-            answer,
-            transcript,
-        } => {
-            let shown = shown_set(store, &run, &request, &answer, &state.context)?;
-            let transcript = transcript.unwrap_or_else(|| format!("{request}\n\n{answer}"));
-            let p = reflection_prompt(&shown, &transcript);
-            let log = format!("{} shown={}", run.resource(), p.shown.len());
-            let answer = PromptAnswer {
-                system: p.system,
-                input: p.input,
-                shown: p.shown,
-            };
-            (text(&answer)?, log)
-        }
-        Body::Reflect {
-            run,
-            reply,
-            shown,
-            origin,
-            thread,
-            run_id,
-        } => {
-            let outcome = reflect(
-                store,
-                &run,
-                &reply,
-                &shown,
-                origin,
-                &thread,
-                run_id.as_deref(),
-            )?;
-            let line = outcome.line();
-            log::info!("{line}");
-            (text(&outcome)?, run.resource())
-        }
+        other => super::extension::execute(state, other)?,
     })
 }
 

@@ -15,6 +15,7 @@
 
 mod auth;
 mod conn;
+mod extension;
 mod handler;
 mod metrics;
 pub(crate) mod wire;

@@ -423,6 +423,74 @@ fn write_extensions(
     })
 }
 
+/// `/import`: whole records as exported, and decision-journal entries, each checked.
+fn import(o: &Map<String, Value>) -> Result<Body, String> {
+    let list = array(o, "records")?;
+    if list.len() > MAX_IMPORT {
+        return Err(format!("records must hold at most {MAX_IMPORT} records"));
+    }
+    let records = list
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let r: Record =
+                serde_json::from_value(v.clone()).map_err(|e| format!("records[{i}]: {e}"))?;
+            r.validate().map_err(|e| format!("records[{i}]: {e}"))?;
+            Ok(r)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let decisions = match field(o, "decisions") {
+        None => Vec::new(),
+        Some(v) => {
+            let list: Vec<crate::decisions::Decision> =
+                serde_json::from_value(v.clone()).map_err(|e| format!("decisions: {e}"))?;
+            if list.len() > MAX_IMPORT {
+                return Err(format!("decisions must hold at most {MAX_IMPORT} entries"));
+            }
+            for (i, d) in list.iter().enumerate() {
+                d.validate().map_err(|e| format!("decisions[{i}]: {e}"))?;
+            }
+            list
+        }
+    };
+    Ok(Body::Import { records, decisions })
+}
+
+/// `/journal`: a scope, and which of its decisions.
+fn journal(o: &Map<String, Value>) -> Result<Body, String> {
+    let scope = scope(o)?;
+    let limit = integer(o, "limit", 1, crate::decisions::MAX_JOURNAL_LIMIT as u64)?
+        .map_or(100, |l| l as usize);
+    let since = match field(o, "since") {
+        None => i64::MIN,
+        Some(v) => v
+            .as_i64()
+            .ok_or("since must be an integer (milliseconds)")?,
+    };
+    let events = match field(o, "events") {
+        None => Vec::new(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .and_then(crate::decisions::DecisionEvent::parse)
+                    .ok_or_else(|| {
+                        "events must name rejected, restated, deduped, superseded, inserted, evicted, swept or forgotten".to_owned()
+                    })
+            })
+            .collect::<Result<Vec<_>, String>>()?,
+        Some(_) => return Err("events must be an array".into()),
+    };
+    Ok(Body::Journal {
+        scope,
+        query: crate::decisions::DecisionQuery {
+            since,
+            events,
+            limit,
+        },
+    })
+}
+
 /// Parses the body of `route` (already valid JSON). `Err` is the 400 reason.
 pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
     if let Some(answer) = parse_memory(route, body) {
@@ -437,70 +505,8 @@ pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
         },
         "/scopes" => Body::Scopes,
         "/export" => Body::Export,
-        "/import" => {
-            let list = array(o, "records")?;
-            if list.len() > MAX_IMPORT {
-                return Err(format!("records must hold at most {MAX_IMPORT} records"));
-            }
-            let records = list
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    let r: Record = serde_json::from_value(v.clone())
-                        .map_err(|e| format!("records[{i}]: {e}"))?;
-                    r.validate().map_err(|e| format!("records[{i}]: {e}"))?;
-                    Ok(r)
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            let decisions = match field(o, "decisions") {
-                None => Vec::new(),
-                Some(v) => {
-                    let list: Vec<crate::decisions::Decision> =
-                        serde_json::from_value(v.clone()).map_err(|e| format!("decisions: {e}"))?;
-                    if list.len() > MAX_IMPORT {
-                        return Err(format!("decisions must hold at most {MAX_IMPORT} entries"));
-                    }
-                    for (i, d) in list.iter().enumerate() {
-                        d.validate().map_err(|e| format!("decisions[{i}]: {e}"))?;
-                    }
-                    list
-                }
-            };
-            Body::Import { records, decisions }
-        }
-        "/journal" => {
-            let scope = scope(o)?;
-            let limit = integer(o, "limit", 1, crate::decisions::MAX_JOURNAL_LIMIT as u64)?
-                .map_or(100, |l| l as usize);
-            let since = match field(o, "since") {
-                None => i64::MIN,
-                Some(v) => v
-                    .as_i64()
-                    .ok_or("since must be an integer (milliseconds)")?,
-            };
-            let events = match field(o, "events") {
-                None => Vec::new(),
-                Some(Value::Array(list)) => list
-                    .iter()
-                    .map(|v| {
-                        v.as_str()
-                            .and_then(crate::decisions::DecisionEvent::parse)
-                            .ok_or_else(|| {
-                                "events must name rejected, restated, deduped, superseded, inserted, evicted, swept or forgotten".to_owned()
-                            })
-                    })
-                    .collect::<Result<Vec<_>, String>>()?,
-                Some(_) => return Err("events must be an array".into()),
-            };
-            Body::Journal {
-                scope,
-                query: crate::decisions::DecisionQuery {
-                    since,
-                    events,
-                    limit,
-                },
-            }
-        }
+        "/import" => import(o)?,
+        "/journal" => journal(o)?,
         "/review" => Body::Review {
             days: integer(o, "days", 1, 90)?.map_or(7, |d| d as u32),
             scope: match opt_string(o, "scopeKey")? {

@@ -73,6 +73,73 @@ fn active_index(records: &Records, scope: &ScopeKey, id: &Option<String>) -> Opt
     (&s == scope && records.get(&seq)?.status == Status::Active).then_some(seq)
 }
 
+/// A decision for each fact the gate refused before this write.
+fn rejected_decisions(scope: &ScopeKey, options: &WriteOptions, now: i64) -> Vec<Decision> {
+    options
+        .rejected
+        .iter()
+        .map(|f| {
+            let mut d = Decision::new(now, scope, DecisionEvent::Rejected);
+            d.texts.push(f.text.clone());
+            d.markers = f.markers.clone();
+            d
+        })
+        .collect()
+}
+
+/// The record a write inserts for `c`.
+fn new_record(
+    scope: &ScopeKey,
+    seq: u64,
+    c: &crate::model::ValidCandidate,
+    provenance: Option<serde_json::Value>,
+    now: i64,
+) -> Record {
+    Record {
+        id: scope.record_id(seq),
+        scope_key: scope.clone(),
+        kind: c.kind,
+        text: c.text.clone(),
+        keywords: c.keywords.clone(),
+        source_thread_key: c.source_thread_key.clone(),
+        source_run_id: c.source_run_id.clone(),
+        provenance,
+        created_at: now,
+        last_used_at: None,
+        use_count: 0,
+        confidence: c.confidence,
+        // As sent, whether or not it resolved: the reference keeps the pointer.
+        supersedes: c.supersedes_sent.clone(),
+        status: Status::Active,
+        dedup_key: c.dedup,
+    }
+}
+
+/// Evicts the least recently used active records past `cap`: a decision for each.
+fn evict_over_cap(records: &mut Records, scope: &ScopeKey, cap: usize, now: i64) -> Vec<Decision> {
+    let mut active: Vec<(i64, i64, u64)> = records
+        .iter()
+        .filter(|(_, r)| r.status == Status::Active)
+        .map(|(&seq, r)| (r.usage_time(), r.created_at, seq))
+        .collect();
+    let mut evicted = Vec::new();
+    if active.len() > cap {
+        active.sort_unstable();
+        for &(_, _, seq) in active.iter().take(active.len() - cap) {
+            if let Some(r) = records.get_mut(&seq) {
+                r.status = Status::Evicted;
+                let mut d = Decision::new(now, scope, DecisionEvent::Evicted);
+                d.ids.push(r.id.clone());
+                d.texts.push(r.text.clone());
+                d.age_ms = Some(now.saturating_sub(r.created_at));
+                d.use_count = Some(r.use_count);
+                evicted.push(d);
+            }
+        }
+    }
+    evicted
+}
+
 impl MemoryStore for InMemoryStore {
     fn write(
         &self,
@@ -86,16 +153,7 @@ impl MemoryStore for InMemoryStore {
         let records = state.scopes.entry(scope.clone()).or_default();
         let mut counts = WriteCounts::default();
         let mut summaries = 0;
-        let mut journal: Vec<Decision> = options
-            .rejected
-            .iter()
-            .map(|f| {
-                let mut d = Decision::new(now, scope, DecisionEvent::Rejected);
-                d.texts.push(f.text.clone());
-                d.markers = f.markers.clone();
-                d
-            })
-            .collect();
+        let mut journal = rejected_decisions(scope, options, now);
         let mut later: Vec<Decision> = Vec::new();
         let about = |event: DecisionEvent, seq: u64, c: &crate::model::ValidCandidate| {
             let mut d = Decision::new(now, scope, event);
@@ -164,27 +222,7 @@ impl MemoryStore for InMemoryStore {
                 ),
                 None => c.provenance.clone(),
             };
-            records.insert(
-                seq,
-                Record {
-                    id: scope.record_id(seq),
-                    scope_key: scope.clone(),
-                    kind: c.kind,
-                    text: c.text.clone(),
-                    keywords: c.keywords.clone(),
-                    source_thread_key: c.source_thread_key.clone(),
-                    source_run_id: c.source_run_id.clone(),
-                    provenance,
-                    created_at: now,
-                    last_used_at: None,
-                    use_count: 0,
-                    confidence: c.confidence,
-                    // As sent, whether or not it resolved: the reference keeps the pointer.
-                    supersedes: c.supersedes_sent.clone(),
-                    status: Status::Active,
-                    dedup_key: c.dedup,
-                },
-            );
+            records.insert(seq, new_record(scope, seq, c, provenance, now));
             counts.inserted += 1;
             journal.push(about(DecisionEvent::Inserted, seq, c));
             if c.kind == Kind::Summary {
@@ -200,25 +238,9 @@ impl MemoryStore for InMemoryStore {
             }
         }
         journal.append(&mut later);
-        let mut active: Vec<(i64, i64, u64)> = records
-            .iter()
-            .filter(|(_, r)| r.status == Status::Active)
-            .map(|(&seq, r)| (r.usage_time(), r.created_at, seq))
-            .collect();
-        if active.len() > cap {
-            active.sort_unstable();
-            for &(_, _, seq) in active.iter().take(active.len() - cap) {
-                if let Some(r) = records.get_mut(&seq) {
-                    r.status = Status::Evicted;
-                    counts.evicted += 1;
-                    let mut d = Decision::new(now, scope, DecisionEvent::Evicted);
-                    d.ids.push(r.id.clone());
-                    d.texts.push(r.text.clone());
-                    d.age_ms = Some(now.saturating_sub(r.created_at));
-                    d.use_count = Some(r.use_count);
-                    journal.push(d);
-                }
-            }
+        for d in evict_over_cap(records, scope, cap, now) {
+            counts.evicted += 1;
+            journal.push(d);
         }
         state
             .counters

@@ -60,23 +60,7 @@ pub struct SalvageReport {
 /// not exist or be empty. `from` is only read (and locked while it is read).
 pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     let records = from.join("records");
-    if !records.is_dir() {
-        return Err(Error::invalid(format!(
-            "{} holds no store to salvage (no records/ directory)",
-            from.display()
-        )));
-    }
-    if to.exists()
-        && std::fs::read_dir(to)
-            .map_err(|e| Error::io(format!("reading {}", to.display()), e))?
-            .next()
-            .is_some()
-    {
-        return Err(Error::invalid(format!(
-            "{} is not empty: salvage writes into a new directory",
-            to.display()
-        )));
-    }
+    check_dirs(from, &records, to)?;
     let _lock = super::embedded::lock_store_dir(from)?;
     let work = to.join(".salvage-work");
     let work_records = work.join("records");
@@ -93,33 +77,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     }
 
     let mut report = SalvageReport::default();
-    let mut from_journal: Vec<journal::Batch> = Vec::new();
-    let journals = journal::journal_files(&work_records)?;
-    if journals.is_empty() {
-        report.journal_missing = true;
-        std::fs::write(work_records.join("0.jnl"), [])
-            .map_err(|e| Error::io("creating an empty journal in the work copy", e))?;
-    }
-    for (_, path) in &journals {
-        let scan = journal::scan_file(path, true)?;
-        from_journal.extend(scan.batches);
-        report.damaged_batches += scan.unreadable_batches;
-        if let Some(d) = scan.damage {
-            report.damaged_journals.push(
-                records
-                    .join(path.file_name().unwrap_or_default())
-                    .display()
-                    .to_string(),
-            );
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-            f.set_len(d.at)
-                .map_err(|e| Error::io(format!("cutting {}", path.display()), e))?;
-            from_journal.extend(d.later);
-        }
-    }
+    let from_journal = read_journals(&records, &work_records, &mut report)?;
 
     let mut found: BTreeMap<String, Record> = BTreeMap::new();
     let mut decisions: BTreeMap<Vec<u8>, Decision> = BTreeMap::new();
@@ -191,6 +149,65 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     std::fs::remove_dir_all(&work)
         .map_err(|e| Error::io(format!("removing {}", work.display()), e))?;
     Ok(report)
+}
+
+/// Refuses a source without records or a destination that is not empty.
+fn check_dirs(from: &Path, records: &Path, to: &Path) -> Result<()> {
+    if !records.is_dir() {
+        return Err(Error::invalid(format!(
+            "{} holds no store to salvage (no records/ directory)",
+            from.display()
+        )));
+    }
+    if to.exists()
+        && std::fs::read_dir(to)
+            .map_err(|e| Error::io(format!("reading {}", to.display()), e))?
+            .next()
+            .is_some()
+    {
+        return Err(Error::invalid(format!(
+            "{} is not empty: salvage writes into a new directory",
+            to.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Every whole batch of every journal of the work copy, the batches after a damage included;
+/// each damaged journal is cut at its damage so that fjall opens the copy.
+fn read_journals(
+    records: &Path,
+    work_records: &Path,
+    report: &mut SalvageReport,
+) -> Result<Vec<journal::Batch>> {
+    let mut from_journal: Vec<journal::Batch> = Vec::new();
+    let journals = journal::journal_files(work_records)?;
+    if journals.is_empty() {
+        report.journal_missing = true;
+        std::fs::write(work_records.join("0.jnl"), [])
+            .map_err(|e| Error::io("creating an empty journal in the work copy", e))?;
+    }
+    for (_, path) in &journals {
+        let scan = journal::scan_file(path, true)?;
+        from_journal.extend(scan.batches);
+        report.damaged_batches += scan.unreadable_batches;
+        if let Some(d) = scan.damage {
+            report.damaged_journals.push(
+                records
+                    .join(path.file_name().unwrap_or_default())
+                    .display()
+                    .to_string(),
+            );
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            f.set_len(d.at)
+                .map_err(|e| Error::io(format!("cutting {}", path.display()), e))?;
+            from_journal.extend(d.later);
+        }
+    }
+    Ok(from_journal)
 }
 
 /// A journal item that is a decision-journal entry: its key is scope, NUL, the inverted time

@@ -135,6 +135,87 @@ pub struct EmbeddedStore {
     indexer: Option<JoinHandle<()>>,
 }
 
+/// Opens fjall over `records` and its keyspaces, after checking its journal.
+fn open_records(dir: &Path, records: &Path, cache_bytes: u64) -> Result<(Database, Keyspaces)> {
+    // fjall's own lock is a file: one deleted (or never made, by a copy) would let fjall fail
+    // with "No such file or directory", or a second process lock a fresh file. The directory
+    // lock taken first is what excludes other processes, so recreating fjall's file is safe.
+    if records.join("version").exists() && !records.join("lock").exists() {
+        std::fs::File::create(records.join("lock"))
+            .map_err(|e| Error::io(format!("recreating {}", records.join("lock").display()), e))?;
+    }
+    super::journal::check_before_open(dir, records)?;
+    let db = match Database::builder(records)
+        // Uncompressed, so `journal` can verify and salvage it without a decompressor.
+        .journal_compression(fjall::CompressionType::None)
+        .max_journaling_size(64 << 20)
+        .cache_size(cache_bytes)
+        .open()
+    {
+        Ok(db) => db,
+        Err(fjall::Error::Locked) => return Err(locked(dir)),
+        Err(e) => return Err(Error::storage(format!("opening {}", dir.display()), e)),
+    };
+    // Small memtables keep the journal that every open replays short.
+    let open_ks = |name: &str| {
+        db.keyspace(name, || {
+            KeyspaceCreateOptions::default().max_memtable_size(8 << 20)
+        })
+        .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))
+    };
+    let ks = Keyspaces {
+        active: open_ks("active")?,
+        retired: open_ks("retired")?,
+        norms: open_ks("norms")?,
+        scopes: open_ks("scopes")?,
+        counters: open_ks("counters")?,
+        outbox: open_ks("outbox")?,
+        meta: open_ks("meta")?,
+        decisions: open_ks("decisions")?,
+    };
+    Ok((db, ks))
+}
+
+/// Whether the store is format 1 (its dedup keys to be rebuilt); a new store is marked with
+/// the current format, an unknown one refused.
+fn needs_upgrade(ks: &Keyspaces, dir: &Path) -> Result<bool> {
+    let format = ks
+        .meta
+        .get("format")
+        .map_err(st("reading the format version"))?;
+    match format.as_deref() {
+        Some([codec::STORE_FORMAT]) => Ok(false),
+        // Version 1 differs only in its dedup keys, which are derived.
+        Some([1]) => Ok(true),
+        Some(v) => Err(Error::format(format!(
+            "the store {} has format version {:?}; this build reads versions 1 and {}",
+            dir.display(),
+            v,
+            codec::STORE_FORMAT
+        ))),
+        None => {
+            ks.meta
+                .insert("format", [codec::STORE_FORMAT])
+                .map_err(st("writing the format version"))?;
+            Ok(false)
+        }
+    }
+}
+
+/// The number of the last batch the records hold (0 for a new store).
+fn read_last_batch(ks: &Keyspaces) -> Result<u64> {
+    match ks
+        .meta
+        .get(codec::LAST_BATCH)
+        .map_err(st("reading the last batch"))?
+    {
+        Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
+            Error::format("the store's last batch number is not 8 bytes")
+        })?)),
+        None => Ok(0),
+    }
+}
+
 /// Takes the store directory's exclusive lock, or says who holds it.
 pub(super) fn lock_store_dir(dir: &Path) -> Result<std::fs::File> {
     let file = std::fs::File::open(dir)
@@ -196,81 +277,12 @@ impl EmbeddedStore {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let dir_lock = lock_store_dir(dir)?;
-        // fjall's own lock is a file: one deleted (or never made, by a copy) would let fjall fail
-        // with "No such file or directory", or a second process lock a fresh file. The directory
-        // lock above is what excludes other processes, so recreating fjall's file is safe.
         let records = dir.join("records");
-        if records.join("version").exists() && !records.join("lock").exists() {
-            std::fs::File::create(records.join("lock")).map_err(|e| {
-                Error::io(format!("recreating {}", records.join("lock").display()), e)
-            })?;
-        }
         let clean_close = evidence::read_clean_close(dir)?;
-        super::journal::check_before_open(dir, &records)?;
-        let db = match Database::builder(&records)
-            // Uncompressed, so `journal` can verify and salvage it without a decompressor.
-            .journal_compression(fjall::CompressionType::None)
-            .max_journaling_size(64 << 20)
-            .cache_size(b.cache_bytes)
-            .open()
-        {
-            Ok(db) => db,
-            Err(fjall::Error::Locked) => return Err(locked(dir)),
-            Err(e) => return Err(Error::storage(format!("opening {}", dir.display()), e)),
-        };
-        // Small memtables keep the journal that every open replays short.
-        let open_ks = |name: &str| {
-            db.keyspace(name, || {
-                KeyspaceCreateOptions::default().max_memtable_size(8 << 20)
-            })
-            .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))
-        };
-        let ks = Keyspaces {
-            active: open_ks("active")?,
-            retired: open_ks("retired")?,
-            norms: open_ks("norms")?,
-            scopes: open_ks("scopes")?,
-            counters: open_ks("counters")?,
-            outbox: open_ks("outbox")?,
-            meta: open_ks("meta")?,
-            decisions: open_ks("decisions")?,
-        };
-        let format = ks
-            .meta
-            .get("format")
-            .map_err(st("reading the format version"))?;
-        let upgrade = match format.as_deref() {
-            Some([codec::STORE_FORMAT]) => false,
-            // Version 1 differs only in its dedup keys, which are derived: rebuilt below.
-            Some([1]) => true,
-            Some(v) => {
-                return Err(Error::format(format!(
-                    "the store {} has format version {:?}; this build reads versions 1 and {}",
-                    dir.display(),
-                    v,
-                    codec::STORE_FORMAT
-                )))
-            }
-            None => {
-                ks.meta
-                    .insert("format", [codec::STORE_FORMAT])
-                    .map_err(st("writing the format version"))?;
-                false
-            }
-        };
+        let (db, ks) = open_records(dir, &records, b.cache_bytes)?;
+        let upgrade = needs_upgrade(&ks, dir)?;
         let opened = KeywordIndex::open(&dir.join("index"))?;
-        let last_batch = match ks
-            .meta
-            .get(codec::LAST_BATCH)
-            .map_err(st("reading the last batch"))?
-        {
-            Some(v) => u64::from_be_bytes(
-                v.as_ref()
-                    .try_into()
-                    .map_err(|_| Error::format("the store's last batch number is not 8 bytes"))?,
-            ),
-            None => 0,
-        };
+        let last_batch = read_last_batch(&ks)?;
         let damage = match evidence::read_marker(dir)? {
             Some(d) => Some(d),
             None => lost_writes(last_batch, opened.watermark, clean_close),
