@@ -113,6 +113,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     for d in decisions.values() {
         known.extend(d.ids.iter().cloned());
     }
+    known.extend(witnessed_tail(from, &found));
     report.lost = known
         .into_iter()
         .filter(|id| !found.contains_key(id) && RecordId::parse(id).is_some())
@@ -208,6 +209,28 @@ fn read_journals(
         }
     }
     Ok(from_journal)
+}
+
+/// The ids the witness of acknowledged ids names past the highest record found in each scope
+/// (an unreadable witness names none).
+fn witnessed_tail(from: &Path, found: &BTreeMap<String, Record>) -> Vec<String> {
+    let witnessed = super::embedded::read_next_ids(from).unwrap_or_default();
+    let mut highest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for r in found.values() {
+        if let Some(seq) = r.seq() {
+            let h = highest.entry(r.scope_key.as_str()).or_default();
+            *h = (*h).max(seq + 1);
+        }
+    }
+    let mut tail = Vec::new();
+    for (scope, next) in &witnessed {
+        let Ok(key) = crate::model::ScopeKey::parse(scope) else {
+            continue;
+        };
+        let from = highest.get(scope.as_str()).copied().unwrap_or(0);
+        tail.extend((from..*next).map(|seq| key.record_id(seq)));
+    }
+    tail
 }
 
 /// A journal item that is a decision-journal entry: its key is scope, NUL, the inverted time

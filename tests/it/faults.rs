@@ -540,6 +540,47 @@ fn a_journal_cut_after_a_crash_refuses_writes_and_never_hands_out_a_lost_id() {
 }
 
 #[test]
+fn ids_of_retired_records_lost_with_a_cut_journal_are_never_handed_out_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_batches(&store, &s, 4, 10);
+        // The newest records are retired: the keyword index no longer names them.
+        for seq in 35..40 {
+            assert!(store
+                .forget(&s, &format!("mem:repo:a/b:{seq}"))
+                .expect("forget"));
+        }
+        store.flush().expect("flush");
+        store.close_as_crash();
+    }
+    cut_journal(dir.path(), |len| len / 2);
+
+    let store = EmbeddedStore::open(dir.path()).expect("opens for reading");
+    let kept = all_records(&store).len();
+    assert!(kept <= 30, "the cut took the forgotten records too: {kept}");
+    let health = store.check().expect("doctor");
+    assert!(health.damage.is_some(), "{health:?}");
+    assert!(
+        health.lost.contains(&"mem:repo:a/b:39".to_owned()),
+        "a forgotten record's id is among the lost: {health:?}"
+    );
+    drop(store);
+
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert_eq!(report.lost.len(), 40 - kept, "{report:?}");
+    let salvaged = EmbeddedStore::open(&to).expect("open the salvaged store");
+    assert_eq!(next_id(&salvaged, &s), "mem:repo:a/b:40");
+    drop(salvaged);
+
+    let store = EmbeddedStore::open(dir.path()).expect("reopen");
+    assert!(store.repair().expect("repair accepts the loss").is_ok());
+    assert_eq!(next_id(&store, &s), "mem:repo:a/b:40");
+}
+
+#[test]
 fn cutting_the_last_batch_after_a_crash_is_caught_by_the_index() {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = scope("repo:a/b");

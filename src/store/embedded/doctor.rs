@@ -357,18 +357,37 @@ impl Shared {
         out
     }
 
-    /// Ids the keyword index holds that no record of the store has (at most `limit`).
+    /// Acknowledged ids no record of the store has (at most `limit`): those the keyword index
+    /// holds (active records), and those the witness of acknowledged ids puts past a scope's
+    /// next id (whatever their records became).
     pub(super) fn lost_ids(&self, limit: usize) -> Result<Vec<String>> {
         let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for id in self.index.ids()? {
             let held = match RecordId::parse(&id) {
                 Some(RecordId { scope, seq }) => self.load_any(&scope, seq)?.is_some(),
                 None => false,
             };
-            if !held {
+            if !held && seen.insert(id.clone()) {
                 out.push(id);
                 if out.len() == limit {
-                    break;
+                    return Ok(out);
+                }
+            }
+        }
+        let witnessed = self.next_ids.lock().clone();
+        for (scope, next) in witnessed {
+            let Ok(scope) = ScopeKey::parse(&scope) else {
+                continue;
+            };
+            let from = self.stored_meta(&scope)?.unwrap_or_default().next_seq;
+            for seq in from..next {
+                let id = scope.record_id(seq);
+                if self.load_any(&scope, seq)?.is_none() && seen.insert(id.clone()) {
+                    out.push(id);
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
                 }
             }
         }

@@ -27,6 +27,8 @@ use crate::error::{Error, ErrorKind, Result};
 const CLEAN_CLOSE: &str = "clean-close";
 const DAMAGED: &str = "damaged";
 const CLEAN_CLOSE_HEADER: &str = "lessons clean close, format 1";
+const NEXT_IDS: &str = "next-ids";
+const NEXT_IDS_HEADER: &str = "lessons next ids, format 1";
 
 /// Why a store refuses writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,6 +130,52 @@ pub(crate) fn clear_marker(dir: &Path) -> Result<()> {
             e,
         )),
     }
+}
+
+/// Per scope, one past the highest sequence number any index commit has seen an operation on:
+/// every id below it was acknowledged, whatever became of its record since (forgotten, swept,
+/// superseded). The index holds only active records, so without this a forgotten record lost
+/// with a cut journal would leave no trace, and its id could be handed out again.
+pub(crate) type NextIds = std::collections::BTreeMap<String, u64>;
+
+/// The witness of acknowledged ids (empty for a store written before it was kept).
+pub(crate) fn read_next_ids(dir: &Path) -> Result<NextIds> {
+    let path = dir.join(NEXT_IDS);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(NextIds::new()),
+        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+    };
+    let mut lines = text.lines();
+    let parsed = match lines.next() {
+        Some(NEXT_IDS_HEADER) => lines
+            .map(|line| {
+                let (scope, next) = line.split_once('\t')?;
+                Some((scope.to_owned(), next.parse::<u64>().ok()?))
+            })
+            .collect::<Option<NextIds>>(),
+        _ => None,
+    };
+    parsed.ok_or_else(|| {
+        Error::format(format!(
+            "{} is not a record of acknowledged ids this build reads; delete it to open the store without it",
+            path.display()
+        ))
+    })
+}
+
+/// Replaces the witness of acknowledged ids (whole or absent, as the clean close).
+pub(crate) fn write_next_ids(dir: &Path, ids: &NextIds) -> Result<()> {
+    let mut text = String::with_capacity(32 + ids.len() * 40);
+    text.push_str(NEXT_IDS_HEADER);
+    text.push('\n');
+    for (scope, next) in ids {
+        text.push_str(scope);
+        text.push('\t');
+        text.push_str(&next.to_string());
+        text.push('\n');
+    }
+    write_atomically(dir, NEXT_IDS, text.as_bytes())
 }
 
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {

@@ -126,7 +126,9 @@ impl Shared {
             self.index_degraded.store(true, Ordering::SeqCst);
             return Err(e);
         }
-        self.index.commit(self.durable_mark(watermark)?)?;
+        let mark = self.durable_mark(watermark)?;
+        self.witness_ids(&queue)?;
+        self.index.commit(mark)?;
         let mut batch = self.db.batch();
         for op in &covered {
             batch.remove(&self.ks.outbox, op.to_be_bytes());
@@ -138,6 +140,26 @@ impl Shared {
             ops.remove(op);
         }
         self.drained.notify_all();
+        Ok(())
+    }
+
+    /// Raises the witness of acknowledged ids to cover `ops` (written, once the journal is
+    /// durable, ahead of the index commit that covers them).
+    fn witness_ids(&self, ops: &[IndexOp]) -> Result<()> {
+        let mut ids = self.next_ids.lock();
+        let mut raised = false;
+        for op in ops {
+            if let Some(RecordId { scope, seq }) = RecordId::parse(op.id()) {
+                let next = ids.entry(scope.as_str().to_owned()).or_default();
+                if *next <= seq {
+                    *next = seq + 1;
+                    raised = true;
+                }
+            }
+        }
+        if raised {
+            super::evidence::write_next_ids(&self.dir, &ids)?;
+        }
         Ok(())
     }
 
@@ -192,7 +214,9 @@ impl Shared {
                     self.index.stage(&replay)?;
                 }
                 if !replay.is_empty() || last.is_some() {
-                    self.index.commit(self.durable_mark(top)?)?;
+                    let mark = self.durable_mark(top)?;
+                    self.witness_ids(&replay)?;
+                    self.index.commit(mark)?;
                 }
                 let mut batch = self.db.batch();
                 for (op, _) in &entries {

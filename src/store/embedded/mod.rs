@@ -57,6 +57,7 @@ const WINDOW_LEN: usize = crate::store::MAX_LIMIT;
 
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
+pub(crate) use evidence::read_next_ids;
 
 struct Keyspaces {
     active: Keyspace,
@@ -127,6 +128,8 @@ struct Shared {
     journal_cap: usize,
     /// Scopes whose journal grew since the indexer last pruned them.
     journal_dirty: Mutex<std::collections::HashSet<ScopeKey>>,
+    /// The witness of acknowledged ids, as last written (see `evidence::NextIds`).
+    next_ids: Mutex<evidence::NextIds>,
 }
 
 /// The embedded store: see the module docs.
@@ -279,6 +282,7 @@ impl EmbeddedStore {
         let dir_lock = lock_store_dir(dir)?;
         let records = dir.join("records");
         let clean_close = evidence::read_clean_close(dir)?;
+        let next_ids = evidence::read_next_ids(dir)?;
         let (db, ks) = open_records(dir, &records, b.cache_bytes)?;
         let upgrade = needs_upgrade(&ks, dir)?;
         let opened = KeywordIndex::open(&dir.join("index"))?;
@@ -321,6 +325,7 @@ impl EmbeddedStore {
             journal_days: b.journal_days,
             journal_cap: b.journal_cap,
             journal_dirty: Mutex::new(std::collections::HashSet::new()),
+            next_ids: Mutex::new(next_ids),
         });
         if upgrade {
             shared.upgrade_dedup_keys()?;
