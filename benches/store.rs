@@ -6,6 +6,13 @@
 //! (p50 / p99 over many samples, same method for both engines) prints the ratios (skip it with
 //! `LESSONS_BENCH_TABLE=0`).
 //!
+//! The table starts with the bot's loop: a run's reflection writes to its scope, and the next
+//! run reads that scope's window; only the read is timed, right after the write. A read with no
+//! write between (the shared window's best case) is labelled as such. Then the cold open and
+//! first window, and sustained durable writes at 200,000 records (400 scopes × 500, 8 writer
+//! threads, 15 s per engine; `LESSONS_BENCH_SCALE=0` skips it, `examples/scale` runs the same
+//! loop at 1,000,000).
+//!
 //! `cargo bench --bench store`
 
 mod support;
@@ -276,6 +283,23 @@ fn time(n: usize, mut f: impl FnMut(usize)) -> (Duration, Duration) {
     percentiles(samples)
 }
 
+/// Like [`time`], with `before(i)` run untimed ahead of each timed `f(i)`.
+fn time_after(
+    n: usize,
+    mut before: impl FnMut(usize),
+    mut f: impl FnMut(usize),
+) -> (Duration, Duration) {
+    let samples = (0..n)
+        .map(|i| {
+            before(i);
+            let t = Instant::now();
+            f(i);
+            t.elapsed()
+        })
+        .collect();
+    percentiles(samples)
+}
+
 fn us(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     if us < 1.0 {
@@ -297,6 +321,158 @@ fn row(name: &str, ours: (Duration, Duration), base: (Duration, Duration)) {
     );
 }
 
+/// The bot's loop, in the table's first rows: a reflection writes to a scope (durably, untimed)
+/// and the window of that scope is read right after (timed).
+fn bots_loop(f: &mut Fixture, words: &[&str], scopes: &[ScopeKey]) {
+    let existing = "the license check fails on a resident tree; npm ci fixes it".to_owned();
+    let mut rng = Rng(7);
+    let lessons = &f.lessons;
+    let ours = time_after(
+        1_000,
+        |i| {
+            let cs = reflection(&mut rng, words, &scopes[i % SCOPES], &existing);
+            lessons
+                .write(&scopes[i % SCOPES], &cs, &WriteOptions::default())
+                .expect("write");
+        },
+        |i| {
+            black_box(lessons.window(&scopes[i % SCOPES], 24).expect("window"));
+        },
+    );
+    let mut rng = Rng(8);
+    let ours_list = time_after(
+        1_000,
+        |i| {
+            let cs = reflection(&mut rng, words, &scopes[i % SCOPES], &existing);
+            lessons
+                .write(&scopes[i % SCOPES], &cs, &WriteOptions::default())
+                .expect("write");
+        },
+        |i| {
+            black_box(
+                lessons
+                    .list(&scopes[i % SCOPES], &ListQuery::window(24))
+                    .expect("list"),
+            );
+        },
+    );
+    let mut rng = Rng(7);
+    let sqlite = std::cell::RefCell::new(&mut f.sqlite);
+    let base = time_after(
+        1_000,
+        |i| {
+            let cs = reflection(&mut rng, words, &scopes[i % SCOPES], &existing);
+            sqlite.borrow_mut()[i % SCOPES].write(&sqlite_reflection(&cs), NOW + i as i64, 500);
+        },
+        |i| {
+            black_box(sqlite.borrow()[i % SCOPES].window(24));
+        },
+    );
+    row(
+        "**the bot's loop**: window read right after a write to its scope",
+        ours,
+        base,
+    );
+    row(
+        "the bot's loop, the window copied out (`list`)",
+        ours_list,
+        base,
+    );
+}
+
+/// One writer's operation: a reflection to scope `s`, drawing from the thread's generator.
+type WriteOp = Arc<dyn Fn(&mut Rng, usize) + Send + Sync>;
+
+/// Sustained durable reflections over 200,000 records in 400 scopes (the Worker's layout for
+/// SQLite: one database per scope, each behind its own lock), 8 writer threads on random
+/// scopes for 15 s per engine: rate and per-write p50 / p99.
+fn sustained_at_scale() {
+    const SCALE_SCOPES: usize = 400;
+    const THREADS: usize = 8;
+    const PHASE: Duration = Duration::from_secs(15);
+    let dir = tempfile::tempdir().expect("dir");
+    let keys: Vec<ScopeKey> = (0..SCALE_SCOPES)
+        .map(|i| ScopeKey::parse(&format!("repo:org{}/svc{i}", i % 23)).expect("valid"))
+        .collect();
+    let lessons = Arc::new(
+        EmbeddedStore::builder()
+            .clock(clock())
+            .open(dir.path().join("lessons"))
+            .expect("open"),
+    );
+    let mut sqlite = Vec::new();
+    let mut rng = Rng(0x5ca1e);
+    for (i, s) in keys.iter().enumerate() {
+        let rs = records(&mut rng, s, ACTIVE, 0);
+        lessons.import(&rs).expect("import");
+        let mut db = SqliteScope::open(&dir.path().join(format!("s{i}.sqlite")), s.clone(), true);
+        db.load(&rs);
+        sqlite.push(parking_lot::Mutex::new(db));
+    }
+    lessons.flush().expect("flush");
+    let sqlite = Arc::new(sqlite);
+    let keys = Arc::new(keys);
+    // Each thread: random scope, one reflection, its latency recorded.
+    let drive = |op: WriteOp| -> (f64, (Duration, Duration)) {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..THREADS)
+            .map(|k| {
+                let op = Arc::clone(&op);
+                std::thread::spawn(move || {
+                    let mut rng = Rng(1_000 + k as u64);
+                    let mut samples = Vec::new();
+                    while start.elapsed() < PHASE {
+                        let s = rng.below(SCALE_SCOPES);
+                        let t = Instant::now();
+                        op(&mut rng, s);
+                        samples.push(t.elapsed());
+                    }
+                    samples
+                })
+            })
+            .collect();
+        let samples: Vec<Duration> = handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("writer"))
+            .collect();
+        let rate = samples.len() as f64 / start.elapsed().as_secs_f64();
+        (rate, percentiles(samples))
+    };
+    let candidates = |rng: &mut Rng, s: &ScopeKey| -> Vec<Candidate> {
+        let words = vocabulary();
+        vec![
+            Candidate::fact(text(rng, &words, 320), "bench"),
+            Candidate::fact(text(rng, &words, 320), "bench"),
+            Candidate::fact("a paraphrase", "bench")
+                .restating(s.record_id(rng.below(ACTIVE) as u64)),
+            Candidate::fact("the same lesson again", "bench"),
+        ]
+    };
+    let (store, k) = (Arc::clone(&lessons), Arc::clone(&keys));
+    let (ours, ours_lat) = drive(Arc::new(move |rng: &mut Rng, s: usize| {
+        let cs = candidates(rng, &k[s]);
+        store
+            .write(&k[s], &cs, &WriteOptions::default())
+            .expect("write");
+    }));
+    let (dbs, k) = (Arc::clone(&sqlite), Arc::clone(&keys));
+    let (base, base_lat) = drive(Arc::new(move |rng: &mut Rng, s: usize| {
+        let cs = candidates(rng, &k[s]);
+        let now = NOW + rng.below(1_000_000) as i64;
+        dbs[s].lock().write(&sqlite_reflection(&cs), now, ACTIVE);
+    }));
+    println!(
+        "| sustained durable reflections at 200,000 records (400 scopes, 8 threads, 15 s): rate; p50 / p99 per write | {ours:.0}/s; {} / {} | {base:.0}/s; {} / {} | {:.2}×; {:.2}× / {:.2}× |",
+        us(ours_lat.0),
+        us(ours_lat.1),
+        us(base_lat.0),
+        us(base_lat.1),
+        ours / base,
+        base_lat.0.as_secs_f64() / ours_lat.0.as_secs_f64(),
+        base_lat.1.as_secs_f64() / ours_lat.1.as_secs_f64()
+    );
+}
+
 fn latency_table() {
     println!(
         "\nLatency, p50 / p99 (same data, same run); ratio = SQLite ÷ lessons, higher is better\n"
@@ -306,6 +482,7 @@ fn latency_table() {
     let mut f = fixture(Durability::Sync);
     let words = vocabulary();
     let scopes: Vec<ScopeKey> = (0..SCOPES).map(scope).collect();
+    bots_loop(&mut f, &words, &scopes);
     let win = time(20_000, |i| {
         black_box(f.lessons.window(&scopes[i % SCOPES], 24).expect("window"));
     });
@@ -320,11 +497,15 @@ fn latency_table() {
         black_box(f.sqlite[i % SCOPES].window(24));
     });
     row(
-        "window read (24 newest facts, decoded, shared)",
+        "window read with no write between (shared; the cache's best case)",
         win,
         win_sql,
     );
-    row("window read copied out (`list`)", win_list, win_sql);
+    row(
+        "window copied out (`list`), no write between",
+        win_list,
+        win_sql,
+    );
     let briefs = f.briefs.clone();
     let ret = time(3_000, |i| {
         black_box(
@@ -378,6 +559,27 @@ fn latency_table() {
         drop(dbs);
     });
     row("open (2,500 active records)", op, op_sql);
+    // A run's first read of a store just opened: open and the first window, timed together.
+    let mut samples = Vec::new();
+    for i in 0..30 {
+        let t = Instant::now();
+        let s = EmbeddedStore::open(dir.join("lessons")).expect("open");
+        black_box(s.window(&scope(i % SCOPES), 24).expect("window"));
+        samples.push(t.elapsed());
+        drop(s);
+    }
+    let cold = percentiles(samples);
+    let cold_sql = time(30, |i| {
+        let path = dir.join(format!("scope{}.sqlite", i % SCOPES));
+        let db = SqliteScope::open(&path, scope(i % SCOPES), true);
+        black_box(db.window(24));
+        drop(db);
+    });
+    row(
+        "cold open + first window read (2,500 records)",
+        cold,
+        cold_sql,
+    );
 
     // Throughput: 8 writer threads, each on its own scope, durable writes.
     let threads = 8;
@@ -434,6 +636,10 @@ fn latency_table() {
         "| durable reflections/s, 8 writer threads | {ours:.0}/s | {base:.0}/s | {:.1}× |",
         ours / base
     );
+
+    if std::env::var("LESSONS_BENCH_SCALE").map_or(true, |v| v != "0") {
+        sustained_at_scale();
+    }
 
     if large_enabled() {
         let ldir = tempfile::tempdir().expect("dir");
