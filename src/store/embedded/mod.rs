@@ -28,6 +28,7 @@ mod indexer;
 mod ops;
 mod order;
 mod records;
+mod retrieve;
 mod scopes;
 mod totals;
 mod window;

@@ -1,5 +1,6 @@
 //! The `MemoryStore` contract over fjall and tantivy: write, list, retrieve, forget, sweep,
-//! get, scopes, export, import, stats.
+//! get, scopes, export, import, stats. Retrieve's steps (search, pool, rank, usage) are
+//! `retrieve.rs`'s; the trait's method hands over to them.
 
 use std::collections::HashMap;
 
@@ -20,8 +21,7 @@ use crate::model::{
     Candidate, Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts,
 };
 use crate::plan::{self};
-use crate::rank::rank;
-use crate::text::{normalize, tokenize};
+use crate::text::normalize;
 
 impl MemoryStore for EmbeddedStore {
     fn write(
@@ -141,122 +141,7 @@ impl MemoryStore for EmbeddedStore {
         query: &str,
         limit: usize,
     ) -> Result<Vec<crate::model::Retrieved>> {
-        validate_limit(limit)?;
-        validate_query(query)?;
-        let tokens = tokenize(query);
-        if tokens.is_empty() {
-            return Ok(Vec::new());
-        }
-        let s = &*self.shared;
-        let terms = crate::fts::match_terms_of(&tokens);
-        // Every active record holding a term, scored as the reference Worker's FTS5 `bm25()`
-        // scores it: the committed index answers for most, and writes staged since its last
-        // commit answer for themselves (the indexer reloads the searcher before it forgets a
-        // pending write, so every acknowledged write is in one of the two; a pending one wins).
-        let state = s.scopes.get(scope);
-        let stats = s.fts_stats(scope, &state)?;
-        let pending: Vec<crate::index::Hit> = s
-            .ops
-            .lock()
-            .pending
-            .values()
-            .flatten()
-            .filter(|d| &d.scope == scope)
-            .map(|d| crate::index::Hit {
-                seq: d.seq,
-                len: d.doc.len,
-                freqs: d.doc.freqs(&terms),
-            })
-            .filter(|h| h.freqs.iter().any(|&f| f > 0))
-            .collect();
-        let mut hits: crate::text::FnvMap<u64, crate::index::Hit> = s
-            .index
-            .matches(scope.as_str(), &terms)?
-            .into_iter()
-            .map(|h| (h.seq, h))
-            .collect();
-        for h in pending {
-            hits.insert(h.seq, h);
-        }
-        let idfs: Vec<f64> = terms
-            .iter()
-            .map(|t| crate::fts::idf(stats.totals.rows, stats.hits(t)))
-            .collect();
-        let mut scored: Vec<(f64, u64)> = hits
-            .values()
-            .map(|h| {
-                (
-                    crate::fts::bm25(&idfs, &h.freqs, h.len, stats.totals),
-                    h.seq,
-                )
-            })
-            .collect();
-        // Every hit ordered, then the pool filled from the front with records still active: a
-        // hit the index has not yet dropped is skipped, as the Worker never saw it.
-        let pool = crate::fts::pool_size(limit);
-        crate::fts::order_pool(&mut scored, usize::MAX);
-        let mut candidates = Vec::with_capacity(pool.min(scored.len()));
-        for (_, seq) in scored {
-            if candidates.len() == pool {
-                break;
-            }
-            if let Some(r) = s.load_active(scope, seq)? {
-                candidates.push(r);
-            }
-        }
-        let now = (s.clock)();
-        let ranked = rank(&tokens, candidates, now, limit);
-        if ranked.is_empty() {
-            return Ok(Vec::new());
-        }
-        if s.damage.lock().is_some() {
-            // A damaged store answers reads but records nothing, usage included.
-            return Ok(ranked
-                .into_iter()
-                .map(|record| crate::model::Retrieved {
-                    first_use: record.last_used_at.is_none(),
-                    record,
-                })
-                .collect());
-        }
-        // Bump under the scope lock, re-reading each record: a write may have changed it.
-        let _guard = state.write.lock();
-        // Usage bumps are not worth an fsync each (nobody waits on this batch's ticket): they
-        // survive a process crash, and a power loss costs at most the last bumps.
-        let mut tx = s.tx(&state);
-        let mut out = Vec::with_capacity(ranked.len());
-        let mut unbumped = Vec::with_capacity(ranked.len());
-        for r in ranked {
-            let Some(seq) = r.seq() else { continue };
-            let Some(old) = s.load_active(scope, seq)? else {
-                continue;
-            };
-            let mut new = old.clone();
-            new.use_count += 1;
-            new.last_used_at = Some(now);
-            s.update_active(&mut tx, &old, &new, seq)?;
-            out.push(new);
-            unbumped.push(old);
-        }
-        // A read must answer even when its bump cannot be written (a full disk): the bump is
-        // bookkeeping, the records are the answer. The failure is logged, not returned.
-        match s.commit_with_outbox(scope, &state, tx, Vec::new()) {
-            Ok(_unwaited) => {}
-            Err(e) => {
-                log::warn!("[store] {scope}: retrieve answered without recording its use: {e}");
-                for (r, bumped) in out.iter_mut().zip(&unbumped) {
-                    *r = bumped.clone();
-                }
-            }
-        }
-        Ok(out
-            .into_iter()
-            .zip(unbumped)
-            .map(|(record, old)| crate::model::Retrieved {
-                record,
-                first_use: old.last_used_at.is_none(),
-            })
-            .collect())
+        self.shared.retrieve_marked(scope, query, limit)
     }
 
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {

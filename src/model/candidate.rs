@@ -1,0 +1,268 @@
+//! What a writer offers, and what the store takes from it: a [`Candidate`] as sent, checked once
+//! into a [`ValidCandidate`] by the reference Worker's rules, in its order and with its words, so
+//! the library, the server and a client of either read the same reason.
+//!
+//! **Invariant:** a `ValidCandidate` obeys every bound of the wire; the planner and the store
+//! never check again.
+//! **Invariant:** the fields the bot's content hash covers are kept as sent (a lone surrogate in
+//! a text field as the reference stores it: three U+FFFD).
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    check_confidence, check_keywords, default_keywords, Kind, ScopeKey, MAX_KEYWORDS,
+    MAX_REF_UNITS, MAX_TEXT_UNITS,
+};
+use crate::json::lone;
+use crate::text::utf16_len;
+
+/// What a writer offers; the store decides whether it becomes a record.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    /// Fact or summary.
+    pub kind: Option<Kind>,
+    /// Non-empty after trim, at most 4000 UTF-16 units.
+    pub text: String,
+    /// 1–200 UTF-16 units.
+    pub source_thread_key: String,
+    /// Lowercased on write; the text's tokens when absent or empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keywords: Option<Vec<String>>,
+    /// At most 200 UTF-16 units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_run_id: Option<String>,
+    /// Finite, in [0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// An active record of this scope to replace; empty means absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<String>,
+    /// An active record of this scope that says the same thing; empty means absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restates: Option<String>,
+    /// Opaque provenance (≤ 16 KiB of JSON; its `scopeKey`, if any, must be the write's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<serde_json::Value>,
+}
+
+impl Candidate {
+    /// A fact candidate with `text` from `thread`.
+    pub fn fact(text: impl Into<String>, thread: impl Into<String>) -> Candidate {
+        Candidate {
+            kind: Some(Kind::Fact),
+            text: text.into(),
+            source_thread_key: thread.into(),
+            ..Candidate::default()
+        }
+    }
+
+    /// A summary candidate.
+    pub fn summary(text: impl Into<String>, thread: impl Into<String>) -> Candidate {
+        Candidate {
+            kind: Some(Kind::Summary),
+            ..Candidate::fact(text, thread)
+        }
+    }
+
+    /// Sets `restates`.
+    pub fn restating(mut self, id: impl Into<String>) -> Candidate {
+        self.restates = Some(id.into());
+        self
+    }
+
+    /// Sets `supersedes`.
+    pub fn superseding(mut self, id: impl Into<String>) -> Candidate {
+        self.supersedes = Some(id.into());
+        self
+    }
+
+    /// Sets `confidence`.
+    pub fn with_confidence(mut self, c: f64) -> Candidate {
+        self.confidence = Some(c);
+        self
+    }
+
+    /// Checks every bound and returns the candidate in the form the planner takes: keywords
+    /// lowercased (or the text's tokens), empty pointers removed. `index` names the candidate in
+    /// the reason.
+    pub fn validate(&self, scope: &ScopeKey, index: usize) -> crate::Result<ValidCandidate> {
+        self.validate_reason(scope, index)
+            .map_err(crate::Error::invalid)
+    }
+
+    /// [`Candidate::validate`] with the reason as text.
+    pub(crate) fn validate_reason(
+        &self,
+        scope: &ScopeKey,
+        index: usize,
+    ) -> Result<ValidCandidate, String> {
+        // The reference Worker's checks, in its order and with its words, so the library, the
+        // server and a client of either read the same reason.
+        let at = format!("records[{index}]");
+        let kind = self
+            .kind
+            .ok_or_else(|| format!("{at}.kind must be \"fact\" or \"summary\""))?;
+        if self.text.chars().all(crate::text::is_js_whitespace) {
+            return Err(format!("{at}.text must be a non-empty string"));
+        }
+        if utf16_len(&self.text) > MAX_TEXT_UNITS {
+            return Err(format!(
+                "{at}.text must be at most {MAX_TEXT_UNITS} characters"
+            ));
+        }
+        if self.source_thread_key.is_empty() || utf16_len(&self.source_thread_key) > MAX_REF_UNITS {
+            return Err(format!("{at}.sourceThreadKey must be a non-empty string"));
+        }
+        // Stored as sent (the bot's content hash covers them); none sent: the text's tokens.
+        let keywords = match &self.keywords {
+            Some(k) => {
+                check_keywords(k).map_err(|_| {
+                    format!(
+                        "{at}.keywords must be an array of at most {MAX_KEYWORDS} short strings"
+                    )
+                })?;
+                k.clone()
+            }
+            None => default_keywords(&self.text),
+        };
+        let bounded = |name: &str, v: &Option<String>| -> Result<(), String> {
+            match v {
+                Some(v) if utf16_len(v) > MAX_REF_UNITS => {
+                    Err(format!("{at}.{name} must be a string"))
+                }
+                _ => Ok(()),
+            }
+        };
+        bounded("sourceRunId", &self.source_run_id)?;
+        if let Some(c) = self.confidence {
+            check_confidence(c)
+                .map_err(|_| format!("{at}.confidence must be a number in [0, 1]"))?;
+        }
+        bounded("supersedes", &self.supersedes)?;
+        bounded("restates", &self.restates)?;
+        let pointer =
+            |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+        let supersedes = pointer(&self.supersedes);
+        let restates = pointer(&self.restates);
+        // The bot drops a record with a malformed provenance on every read, so one is refused
+        // here; a well-formed one naming another scope is not this record's, and is dropped.
+        if let Some(p) = &self.provenance {
+            if !crate::provenance::is_memory_provenance(p) {
+                return Err(format!("{at}.provenance must be a bounded memory revision"));
+            }
+        }
+        // The reference stores these as SQLite text, which reads a lone surrogate back as three
+        // U+FFFD; keywords and provenance it stores as JSON, which keeps one (see `json`).
+        let stored = |v: &str| lone::as_stored_text(v).into_owned();
+        Ok(ValidCandidate {
+            kind,
+            text: stored(&self.text),
+            keywords,
+            source_thread_key: stored(&self.source_thread_key),
+            // Kept as sent, "" included: the content hash covers it.
+            source_run_id: self.source_run_id.as_deref().map(stored),
+            confidence: self.confidence,
+            supersedes,
+            supersedes_sent: self.supersedes.as_deref().map(stored),
+            restates,
+            // A text sent with a lone surrogate is stored otherwise than sent, so the reference
+            // never finds it equal to any record: it never dedups, and nothing dedups onto it
+            // through its dedup key.
+            dedup: !lone::has_lone(&self.text),
+            provenance: crate::provenance::stored_provenance(
+                scope.as_str(),
+                self.provenance.as_ref(),
+            ),
+        })
+    }
+}
+
+/// A candidate that passed [`Candidate::validate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidCandidate {
+    /// Fact or summary.
+    pub kind: Kind,
+    /// The text, as the reference stores it (a lone surrogate as three U+FFFD).
+    pub text: String,
+    /// Lowercased, deduplicated keywords; empty when the writer gave none.
+    pub keywords: Vec<String>,
+    /// Provenance: the thread.
+    pub source_thread_key: String,
+    /// Provenance: the run.
+    pub source_run_id: Option<String>,
+    /// In [0, 1].
+    pub confidence: Option<f64>,
+    /// A non-empty id, not yet resolved.
+    pub supersedes: Option<String>,
+    /// `supersedes` as sent, `""` included: the new record keeps it whether or not it resolves,
+    /// as the reference's `mintRecord` does.
+    pub supersedes_sent: Option<String>,
+    /// A non-empty id, not yet resolved.
+    pub restates: Option<String>,
+    /// Whether the candidate may dedup, and the record it becomes may be found by its dedup
+    /// key: false when its text was sent with a lone surrogate (see `Candidate::validate`).
+    pub dedup: bool,
+    /// A valid provenance naming this scope, or none ([`crate::provenance`]).
+    pub provenance: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_validate_with_reasons() {
+        let scope = ScopeKey::parse("org:acme").expect("valid");
+        let ok = Candidate::fact("Run NPM ci, run it", "t")
+            .validate(&scope, 0)
+            .expect("valid");
+        assert_eq!(
+            ok.keywords,
+            ["run", "npm", "ci", "run", "it"],
+            "none sent: the text's tokens, repeats kept"
+        );
+        let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
+        let blank = blank.expect_err("blank");
+        assert!(blank.is_invalid());
+        assert_eq!(
+            blank.message(),
+            "records[3].text must be a non-empty string"
+        );
+        let long = Candidate::fact("x".repeat(4001), "t").validate(&scope, 0);
+        assert!(long.expect_err("long").message().contains("4000"));
+        let conf = Candidate::fact("x", "t")
+            .with_confidence(f64::NAN)
+            .validate(&scope, 0);
+        assert!(conf.expect_err("nan").message().contains("confidence"));
+        let empty_ptr = Candidate::fact("x", "t")
+            .restating("")
+            .validate(&scope, 0)
+            .expect("ok");
+        assert_eq!(empty_ptr.restates, None);
+        let mut foreign = Candidate::fact("x", "t");
+        foreign.provenance = Some(serde_json::json!({"scopeKey": "org:other"}));
+        assert!(foreign.validate(&scope, 0).is_err());
+        let mut kw = Candidate::fact("x", "t");
+        kw.keywords = Some(vec!["NPM".into(), "npm".into(), "Ci".into()]);
+        assert_eq!(
+            kw.validate(&scope, 0).expect("ok").keywords,
+            ["NPM", "npm", "Ci"],
+            "stored as sent: the bot's content hash covers them"
+        );
+        kw.keywords = Some(Vec::new());
+        assert!(
+            kw.validate(&scope, 0).expect("ok").keywords.is_empty(),
+            "[] stays []"
+        );
+        let mut run = Candidate::fact("x", "t");
+        run.source_run_id = Some(String::new());
+        assert_eq!(
+            run.validate(&scope, 0)
+                .expect("ok")
+                .source_run_id
+                .as_deref(),
+            Some("")
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! Retrieve over fjall and tantivy: the reference Worker's FTS5 prefilter answered by the
+//! committed index and the writes staged since its last commit, the pool ranked, and the
+//! answer's usage recorded.
+//!
+//! **Invariant:** an acknowledged write is found: the indexer reloads the searcher before it
+//! forgets a pending write, so every write is in the committed index or still pending (and a
+//! pending one wins).
+//! **Invariant:** every hit is hydrated from fjall and dropped unless active, so a stale index
+//! entry never reaches the answer.
+//! **Invariant:** a read answers even when its usage bump cannot be written; a damaged store
+//! records no usage at all.
+
+use super::super::{validate_limit, validate_query};
+use super::scopes::Scope;
+use super::Shared;
+use crate::error::Result;
+use crate::model::{Record, Retrieved, ScopeKey};
+use crate::rank::rank;
+use crate::text::tokenize;
+
+impl Shared {
+    /// `MemoryStore::retrieve_marked`: the ranked records, bumped, each marked with whether this
+    /// was its first use.
+    pub(super) fn retrieve_marked(
+        &self,
+        scope: &ScopeKey,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Retrieved>> {
+        validate_limit(limit)?;
+        validate_query(query)?;
+        let tokens = tokenize(query);
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let terms = crate::fts::match_terms_of(&tokens);
+        let state = self.scopes.get(scope);
+        let scored = self.scored_hits(scope, &state, &terms)?;
+        let candidates = self.fill_pool(scope, scored, limit)?;
+        let now = (self.clock)();
+        let ranked = rank(&tokens, candidates, now, limit);
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.damage.lock().is_some() {
+            // A damaged store answers reads but records nothing, usage included.
+            return Ok(ranked
+                .into_iter()
+                .map(|record| Retrieved {
+                    first_use: record.last_used_at.is_none(),
+                    record,
+                })
+                .collect());
+        }
+        self.bump_usage(scope, &state, ranked, now)
+    }
+
+    /// Every active record holding a term, scored as the reference Worker's FTS5 `bm25()`
+    /// scores it: the committed index answers for most, and writes staged since its last
+    /// commit answer for themselves (the indexer reloads the searcher before it forgets a
+    /// pending write, so every acknowledged write is in one of the two; a pending one wins).
+    fn scored_hits(
+        &self,
+        scope: &ScopeKey,
+        state: &Scope,
+        terms: &[String],
+    ) -> Result<Vec<(f64, u64)>> {
+        let stats = self.fts_stats(scope, state)?;
+        let pending: Vec<crate::index::Hit> = self
+            .ops
+            .lock()
+            .pending
+            .values()
+            .flatten()
+            .filter(|d| &d.scope == scope)
+            .map(|d| crate::index::Hit {
+                seq: d.seq,
+                len: d.doc.len,
+                freqs: d.doc.freqs(terms),
+            })
+            .filter(|h| h.freqs.iter().any(|&f| f > 0))
+            .collect();
+        let mut hits: crate::text::FnvMap<u64, crate::index::Hit> = self
+            .index
+            .matches(scope.as_str(), terms)?
+            .into_iter()
+            .map(|h| (h.seq, h))
+            .collect();
+        for h in pending {
+            hits.insert(h.seq, h);
+        }
+        let idfs: Vec<f64> = terms
+            .iter()
+            .map(|t| crate::fts::idf(stats.totals.rows, stats.hits(t)))
+            .collect();
+        Ok(hits
+            .values()
+            .map(|h| {
+                (
+                    crate::fts::bm25(&idfs, &h.freqs, h.len, stats.totals),
+                    h.seq,
+                )
+            })
+            .collect())
+    }
+
+    /// Every hit ordered, then the pool filled from the front with records still active: a
+    /// hit the index has not yet dropped is skipped, as the Worker never saw it.
+    fn fill_pool(
+        &self,
+        scope: &ScopeKey,
+        mut scored: Vec<(f64, u64)>,
+        limit: usize,
+    ) -> Result<Vec<Record>> {
+        let pool = crate::fts::pool_size(limit);
+        crate::fts::order_pool(&mut scored, usize::MAX);
+        let mut candidates = Vec::with_capacity(pool.min(scored.len()));
+        for (_, seq) in scored {
+            if candidates.len() == pool {
+                break;
+            }
+            if let Some(r) = self.load_active(scope, seq)? {
+                candidates.push(r);
+            }
+        }
+        Ok(candidates)
+    }
+
+    /// The ranked records with their use recorded (`useCount` + 1, `lastUsedAt` now), each
+    /// re-read under the scope lock: a write may have changed it since it was ranked.
+    fn bump_usage(
+        &self,
+        scope: &ScopeKey,
+        state: &Scope,
+        ranked: Vec<Record>,
+        now: i64,
+    ) -> Result<Vec<Retrieved>> {
+        let _guard = state.write.lock();
+        // Usage bumps are not worth an fsync each (nobody waits on this batch's ticket): they
+        // survive a process crash, and a power loss costs at most the last bumps.
+        let mut tx = self.tx(state);
+        let mut out = Vec::with_capacity(ranked.len());
+        let mut unbumped = Vec::with_capacity(ranked.len());
+        for r in ranked {
+            let Some(seq) = r.seq() else { continue };
+            let Some(old) = self.load_active(scope, seq)? else {
+                continue;
+            };
+            let mut new = old.clone();
+            new.use_count += 1;
+            new.last_used_at = Some(now);
+            self.update_active(&mut tx, &old, &new, seq)?;
+            out.push(new);
+            unbumped.push(old);
+        }
+        // A read must answer even when its bump cannot be written (a full disk): the bump is
+        // bookkeeping, the records are the answer. The failure is logged, not returned.
+        match self.commit_with_outbox(scope, state, tx, Vec::new()) {
+            Ok(_unwaited) => {}
+            Err(e) => {
+                log::warn!("[store] {scope}: retrieve answered without recording its use: {e}");
+                for (r, bumped) in out.iter_mut().zip(&unbumped) {
+                    *r = bumped.clone();
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .zip(unbumped)
+            .map(|(record, old)| Retrieved {
+                record,
+                first_use: old.last_used_at.is_none(),
+            })
+            .collect())
+    }
+}
