@@ -26,7 +26,7 @@ pub struct Candidate {
     pub text: String,
     /// 1–200 UTF-16 units.
     pub source_thread_key: String,
-    /// Lowercased on write; the text's tokens when absent or empty.
+    /// Stored as sent (the bot's content hash covers them); the text's tokens when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keywords: Option<Vec<String>>,
     /// At most 200 UTF-16 units.
@@ -83,8 +83,8 @@ impl Candidate {
         self
     }
 
-    /// Checks every bound and returns the candidate in the form the planner takes: keywords
-    /// lowercased (or the text's tokens), empty pointers removed. `index` names the candidate in
+    /// Checks every bound and returns the candidate in the form the planner takes: keywords as
+    /// sent (or the text's tokens when none were sent), empty pointers removed. `index` names the candidate in
     /// the reason.
     pub fn validate(&self, scope: &ScopeKey, index: usize) -> crate::Result<ValidCandidate> {
         self.validate_reason(scope, index)
@@ -185,7 +185,8 @@ pub struct ValidCandidate {
     pub kind: Kind,
     /// The text, as the reference stores it (a lone surrogate as three U+FFFD).
     pub text: String,
-    /// Lowercased, deduplicated keywords; empty when the writer gave none.
+    /// The keywords as sent (the bot's content hash covers them); the text's tokens when the
+    /// writer sent none, empty when it sent `[]`.
     pub keywords: Vec<String>,
     /// Provenance: the thread.
     pub source_thread_key: String,
