@@ -226,13 +226,16 @@ pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
         } else {
             "INCONSISTENT (run lessons doctor --repair)"
         };
-        emit(
-            &mut o,
-            &format!(
+        // Unreadable data stops the check before the records are counted.
+        let summary = if health.unreadable.is_empty() {
+            format!(
                 "{} active records, {} indexed documents: {verdict}",
                 health.active_records, health.indexed_documents
-            ),
-        )?;
+            )
+        } else {
+            format!("{} indexed documents: {verdict}", health.indexed_documents)
+        };
+        emit(&mut o, &summary)?;
         if let Some(d) = &health.damage {
             emit(&mut o, &format!("damage: {d}"))?;
         }

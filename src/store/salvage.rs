@@ -22,11 +22,12 @@ use std::path::{Path, PathBuf};
 use fjall::{Database, KeyspaceCreateOptions};
 
 use super::codec;
+use super::embedded::NextIds;
 use super::journal::{self, VALUE_TYPE_VALUE};
 use super::{EmbeddedStore, MemoryStore};
 use crate::decisions::Decision;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Record, RecordId, Status};
+use crate::model::{Kind, Record, RecordId, ScopeKey, Status};
 
 /// What a salvage found and copied.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -77,11 +78,19 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     }
 
     let mut report = SalvageReport::default();
+    // An unreadable witness names nothing: salvage reads around damage, it does not stop at it.
+    let witness = super::embedded::read_next_ids(from).unwrap_or_default();
     let from_journal = read_journals(&records, &work_records, &mut report)?;
 
     let mut found: BTreeMap<String, Record> = BTreeMap::new();
     let mut decisions: BTreeMap<Vec<u8>, Decision> = BTreeMap::new();
-    if let Err(e) = read_copy(&work_records, &mut found, &mut decisions, &mut report) {
+    if let Err(e) = read_copy(
+        &work_records,
+        &mut found,
+        &mut decisions,
+        &mut report,
+        &witness,
+    ) {
         // The tables do not open: the journals are all that can be read.
         report.tables_error = Some(e.to_string());
     }
@@ -113,11 +122,15 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     for d in decisions.values() {
         known.extend(d.ids.iter().cloned());
     }
-    known.extend(witnessed_tail(from, &found));
+    known.extend(witnessed_tail(&witness, &found));
     report.lost = known
         .into_iter()
         .filter(|id| !found.contains_key(id) && RecordId::parse(id).is_some())
         .collect();
+    // In each scope's order, not the text's (`:10` after `:9`).
+    report
+        .lost
+        .sort_by_cached_key(|id| RecordId::parse(id).map(|r| (r.scope, r.seq)));
 
     let dest = EmbeddedStore::open(to)?;
     let mut valid = Vec::with_capacity(found.len());
@@ -213,8 +226,7 @@ fn read_journals(
 
 /// The ids the witness of acknowledged ids names past the highest record found in each scope
 /// (an unreadable witness names none).
-fn witnessed_tail(from: &Path, found: &BTreeMap<String, Record>) -> Vec<String> {
-    let witnessed = super::embedded::read_next_ids(from).unwrap_or_default();
+fn witnessed_tail(witnessed: &NextIds, found: &BTreeMap<String, Record>) -> Vec<String> {
     let mut highest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
     for r in found.values() {
         if let Some(seq) = r.seq() {
@@ -223,7 +235,7 @@ fn witnessed_tail(from: &Path, found: &BTreeMap<String, Record>) -> Vec<String> 
         }
     }
     let mut tail = Vec::new();
-    for (scope, next) in &witnessed {
+    for (scope, next) in witnessed {
         let Ok(key) = crate::model::ScopeKey::parse(scope) else {
             continue;
         };
@@ -262,6 +274,7 @@ fn read_copy(
     found: &mut BTreeMap<String, Record>,
     decisions: &mut BTreeMap<Vec<u8>, Decision>,
     report: &mut SalvageReport,
+    witness: &NextIds,
 ) -> Result<()> {
     let db = Database::builder(records)
         .journal_compression(fjall::CompressionType::None)
@@ -275,6 +288,7 @@ fn read_copy(
                 ),
             )
         })?;
+    let mut damaged = false;
     for name in ["active", "retired"] {
         let ks = db
             .keyspace(name, KeyspaceCreateOptions::default)
@@ -290,7 +304,6 @@ fn read_copy(
                     Err(_) => report.unreadable += 1,
                 },
                 Err(_) => {
-                    report.unreadable += 1;
                     failures += 1;
                     // An iterator that keeps failing is stuck on one bad block.
                     if failures > 1000 {
@@ -299,6 +312,12 @@ fn read_copy(
                 }
             }
         }
+        damaged |= failures > 0;
+    }
+    if damaged {
+        // A scan stops at a bad block, and every later key of the keyspace with it: read the
+        // rest key by key instead, so only the records inside the bad block are lost.
+        read_key_by_key(&db, found, report, witness)?;
     }
     let ks = db
         .keyspace("decisions", KeyspaceCreateOptions::default)
@@ -317,6 +336,70 @@ fn read_copy(
                 failures += 1;
                 if failures > 1000 {
                     break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads every record id a scope can hold (below the larger of its bookkeeping's next id, the
+/// witness of acknowledged ids and the records already found) with point reads, which fail
+/// only inside a damaged block. An id none of them reads is counted where the lost ids are.
+fn read_key_by_key(
+    db: &Database,
+    found: &mut BTreeMap<String, Record>,
+    report: &mut SalvageReport,
+    witness: &NextIds,
+) -> Result<()> {
+    let open = |name: &str| {
+        db.keyspace(name, KeyspaceCreateOptions::default)
+            .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))
+    };
+    let (active, retired, scopes) = (open("active")?, open("retired")?, open("scopes")?);
+    let mut upper: BTreeMap<ScopeKey, u64> = BTreeMap::new();
+    let mut raise = |scope: ScopeKey, next: u64| {
+        let u = upper.entry(scope).or_default();
+        *u = (*u).max(next);
+    };
+    for g in scopes.iter() {
+        let Ok((k, v)) = g.into_inner() else {
+            continue;
+        };
+        let scope = std::str::from_utf8(&k)
+            .ok()
+            .and_then(|s| ScopeKey::parse(s).ok());
+        let meta = codec::decode::<codec::ScopeMeta>(&v, "a scope's bookkeeping");
+        if let (Some(scope), Ok(meta)) = (scope, meta) {
+            raise(scope, meta.next_seq);
+        }
+    }
+    for (scope, next) in witness {
+        if let Ok(scope) = ScopeKey::parse(scope) {
+            raise(scope, *next);
+        }
+    }
+    for r in found.values() {
+        if let Some(seq) = r.seq() {
+            raise(r.scope_key.clone(), seq + 1);
+        }
+    }
+    for (scope, next) in &upper {
+        for seq in 0..*next {
+            let keys = [
+                (&active, codec::active_key(scope, Kind::Fact, seq)),
+                (&active, codec::active_key(scope, Kind::Summary, seq)),
+                (&retired, codec::retired_key(scope, seq)),
+            ];
+            for (ks, key) in keys {
+                // A key inside the damaged block fails to read: it is left to the lost ids.
+                if let Ok(Some(v)) = ks.get(&key) {
+                    if let Ok(r) = codec::decode_record(&v, Some(scope)) {
+                        if !found.contains_key(&r.id) {
+                            report.from_tables += 1;
+                        }
+                        keep_later_state(found, r);
+                    }
                 }
             }
         }

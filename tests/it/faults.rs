@@ -369,6 +369,64 @@ fn a_damaged_table_gives_a_plain_error_and_salvage_reads_around_it() {
 }
 
 #[test]
+fn one_bad_block_in_a_table_costs_salvage_only_that_block() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scopes: Vec<ScopeKey> = (0..30)
+        .map(|i| scope(&format!("repo:acme/app{i}")))
+        .collect();
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        for s in &scopes {
+            write_batches(&store, s, 1, 20);
+        }
+        // A clean close leaves every record in tables.
+        store.close().expect("close");
+    }
+    // Only the tables hold the records now, as in a store whose journal has long rotated.
+    for e in std::fs::read_dir(dir.path().join("records")).expect("records") {
+        let p = e.expect("entry").path();
+        if p.extension().is_some_and(|x| x == "jnl") {
+            std::fs::remove_file(&p).expect("remove the journal");
+        }
+    }
+    // One byte flipped in the middle of the records' largest table: one data block is bad.
+    let mut largest: Option<(usize, std::path::PathBuf)> = None;
+    for ks in std::fs::read_dir(dir.path().join("records/keyspaces")).expect("keyspaces") {
+        let Ok(tables) = std::fs::read_dir(ks.expect("entry").path().join("tables")) else {
+            continue;
+        };
+        for t in tables {
+            let p = t.expect("entry").path();
+            let bytes = std::fs::read(&p).expect("table");
+            if bytes.windows(8).any(|w| w == b"lesson 0")
+                && largest.as_ref().is_none_or(|(n, _)| bytes.len() > *n)
+            {
+                largest = Some((bytes.len(), p));
+            }
+        }
+    }
+    let (len, table) = largest.expect("the records were flushed to a table");
+    let mut bytes = std::fs::read(&table).expect("table");
+    bytes[len / 3] ^= 0x5a;
+    std::fs::write(&table, &bytes).expect("flip");
+
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert!(report.copied < 600, "the flip hit records: {report:?}");
+    assert!(
+        report.copied >= 540,
+        "only the records of the bad block are lost, not every later key: {report:?}"
+    );
+    assert_eq!(
+        report.copied + report.unreadable,
+        600,
+        "every record is copied or counted: {report:?}"
+    );
+    let salvaged = EmbeddedStore::open(&to).expect("open the salvaged store");
+    assert_eq!(all_records(&salvaged).len() as u64, report.copied);
+}
+
+#[test]
 fn a_creation_cut_short_is_created_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     // What a kill between fjall's first files and its version marker leaves behind: the lock

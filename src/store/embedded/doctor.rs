@@ -220,7 +220,7 @@ impl Shared {
         // journal included) is found here, not by the export that needs it later.
         health.unreadable = self.unreadable_values();
         if !health.unreadable.is_empty() {
-            let what = format!("{} does not read", health.unreadable.join("; "));
+            let what = format!("unreadable data: {}", health.unreadable.join("; "));
             super::evidence::write_marker(&self.dir, &what)?;
             *self.damage.lock() = Some(super::evidence::Damage::Unreadable(what));
             health.damage = self.damage.lock().as_ref().map(|d| d.describe(&self.dir));

@@ -58,7 +58,7 @@ const WINDOW_LEN: usize = crate::store::MAX_LIMIT;
 
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
-pub(crate) use evidence::read_next_ids;
+pub(crate) use evidence::{read_next_ids, NextIds};
 
 struct Keyspaces {
     active: Keyspace,
