@@ -113,11 +113,12 @@ impl Shared {
     /// `evidence`). Numbers follow the journal's order: they are taken and committed under one
     /// lock.
     pub(super) fn commit_batch(&self, mut batch: OwnedWriteBatch) -> fjall::Result<()> {
-        let mut last = self.batches.lock();
+        let mut last = self.group.batches.lock();
         let number = *last + 1;
         batch.insert(&self.ks.meta, codec::LAST_BATCH, number.to_be_bytes());
         if let Err(e) = batch.commit() {
-            self.write_failed
+            self.group
+                .write_failed
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             return Err(e);
         }
@@ -127,17 +128,17 @@ impl Shared {
 
     /// The number of the last batch committed.
     pub(super) fn last_batch(&self) -> u64 {
-        *self.batches.lock()
+        *self.group.batches.lock()
     }
 
     /// Appends `batch` to the journal (visible to readers at once) and returns the ticket to
     /// wait on before acknowledging it.
     pub(super) fn append(&self, batch: OwnedWriteBatch) -> Result<Ticket> {
         self.commit_batch(batch).map_err(st("committing a write"))?;
-        if !self.sync_writes {
+        if !self.group.sync_writes {
             return Ok(Ticket(None));
         }
-        let mut state = self.sync.lock();
+        let mut state = self.group.state.lock();
         state.appended += 1;
         Ok(Ticket(Some(state.appended)))
     }
@@ -150,27 +151,28 @@ impl Shared {
         let Ticket(Some(ticket)) = ticket else {
             return Ok(());
         };
-        let mut state = self.sync.lock();
+        let mut state = self.group.state.lock();
         loop {
             if state.synced >= ticket {
                 return Ok(());
             }
             if state.syncing {
-                self.synced.wait(&mut state);
+                self.group.synced.wait(&mut state);
                 continue;
             }
             state.syncing = true;
             let target = state.appended;
             drop(state);
             let result = self.db.persist(PersistMode::SyncData);
-            state = self.sync.lock();
+            state = self.group.state.lock();
             state.syncing = false;
             if result.is_ok() {
                 state.synced = state.synced.max(target);
             }
-            self.synced.notify_all();
+            self.group.synced.notify_all();
             if result.is_err() {
-                self.write_failed
+                self.group
+                    .write_failed
                     .store(true, std::sync::atomic::Ordering::SeqCst);
             }
             result.map_err(st("syncing the journal"))?;
@@ -182,23 +184,25 @@ impl Shared {
     /// large import) would otherwise grow memory without limit. Called after a write's scope
     /// lock is released.
     pub(super) fn index_backpressure(&self) {
-        let bound = self.commit_every.saturating_mul(8).max(4096);
-        let mut ops = self.ops.lock();
+        let bound = self.queue.commit_every.saturating_mul(8).max(4096);
+        let mut ops = self.queue.ops.lock();
         // A failing index (a full disk) keeps its changes for the next open: no point waiting.
         while ops.changes > bound
-            && !self.stop.load(std::sync::atomic::Ordering::SeqCst)
+            && !self.queue.stop.load(std::sync::atomic::Ordering::SeqCst)
             && !self
-                .index_degraded
+                .queue
+                .degraded
                 .load(std::sync::atomic::Ordering::SeqCst)
         {
-            self.wake.notify_one();
-            self.drained
+            self.queue.wake.notify_one();
+            self.queue
+                .drained
                 .wait_for(&mut ops, std::time::Duration::from_millis(100));
         }
     }
 
     pub(super) fn allocate_op(&self) -> u64 {
-        let mut ops = self.ops.lock();
+        let mut ops = self.queue.ops.lock();
         let op = ops.next;
         ops.next += 1;
         ops.in_flight.insert(op);
@@ -259,7 +263,7 @@ impl Shared {
             Ok(t) => t,
             Err(e) => {
                 if let Some(op) = op {
-                    self.ops.lock().in_flight.remove(&op);
+                    self.queue.ops.lock().in_flight.remove(&op);
                 }
                 return Err(e);
             }
@@ -283,13 +287,13 @@ impl Shared {
             .filter_map(PendingDoc::from_op)
             .collect();
         let wake = {
-            let mut ops = self.ops.lock();
+            let mut ops = self.queue.ops.lock();
             ops.in_flight.remove(&op);
             ops.add(op, ops_for_index, docs);
-            ops.changes >= self.commit_every
+            ops.changes >= self.queue.commit_every
         };
         if wake {
-            self.wake.notify_one();
+            self.queue.wake.notify_one();
         }
         Ok(ticket)
     }

@@ -21,14 +21,14 @@ impl Shared {
             return Ok(());
         };
         for d in entries {
-            let counter = self.decision_counter.fetch_add(1, Ordering::Relaxed);
+            let counter = self.journal.counter.fetch_add(1, Ordering::Relaxed);
             batch.insert(
                 &self.ks.decisions,
                 codec::decision_key(&d.scope_key, d.time, counter),
                 codec::encode_decision(d)?,
             );
         }
-        self.journal_dirty.lock().insert(first.scope_key.clone());
+        self.journal.dirty.lock().insert(first.scope_key.clone());
         Ok(())
     }
 
@@ -91,18 +91,18 @@ impl Shared {
     /// Drops entries older than `journal_days` and beyond `journal_cap` per scope, for the
     /// scopes written since the last prune. Runs on the indexer thread, never in a write.
     pub(super) fn prune_decisions(&self) -> Result<()> {
-        let dirty: Vec<ScopeKey> = self.journal_dirty.lock().drain().collect();
+        let dirty: Vec<ScopeKey> = self.journal.dirty.lock().drain().collect();
         if dirty.is_empty() {
             return Ok(());
         }
-        let cutoff = (self.clock)().saturating_sub(i64::from(self.journal_days) * 86_400_000);
+        let cutoff = (self.clock)().saturating_sub(i64::from(self.journal.days) * 86_400_000);
         for scope in dirty {
             let mut batch = self.db.batch();
             let mut kept = 0usize;
             for g in self.ks.decisions.prefix(codec::scope_key_prefix(&scope)) {
                 let k = g.key().map_err(st("reading the decision journal"))?;
                 let old = codec::decision_time(&k).is_some_and(|t| t < cutoff);
-                if old || kept >= self.journal_cap {
+                if old || kept >= self.journal.cap {
                     batch.remove(&self.ks.decisions, k.to_vec());
                 } else {
                     kept += 1;

@@ -212,7 +212,7 @@ impl Shared {
 
     pub(super) fn check(&self) -> Result<Health> {
         let mut health = Health {
-            index_degraded: self.index_degraded.load(Ordering::SeqCst),
+            index_degraded: self.queue.degraded.load(Ordering::SeqCst),
             indexed_documents: self.index.num_docs(),
             ..Health::default()
         };
@@ -222,19 +222,29 @@ impl Shared {
         if !health.unreadable.is_empty() {
             let what = format!("unreadable data: {}", health.unreadable.join("; "));
             super::evidence::write_marker(&self.dir, &what)?;
-            *self.damage.lock() = Some(super::evidence::Damage::Unreadable(what));
-            health.damage = self.damage.lock().as_ref().map(|d| d.describe(&self.dir));
+            *self.witness.damage.lock() = Some(super::evidence::Damage::Unreadable(what));
+            health.damage = self
+                .witness
+                .damage
+                .lock()
+                .as_ref()
+                .map(|d| d.describe(&self.dir));
             return Ok(health);
         }
         if matches!(
-            &*self.damage.lock(),
+            &*self.witness.damage.lock(),
             Some(super::evidence::Damage::Unreadable(_))
         ) {
             // What an earlier check found unreadable reads now (a file was restored).
             super::evidence::clear_marker(&self.dir)?;
-            *self.damage.lock() = None;
+            *self.witness.damage.lock() = None;
         }
-        health.damage = self.damage.lock().as_ref().map(|d| d.describe(&self.dir));
+        health.damage = self
+            .witness
+            .damage
+            .lock()
+            .as_ref()
+            .map(|d| d.describe(&self.dir));
         health.lost = self.lost_ids(20)?;
         let mut per_scope: HashMap<ScopeKey, u64> = HashMap::new();
         let snapshot = self.db.snapshot();
@@ -375,7 +385,7 @@ impl Shared {
                 }
             }
         }
-        let witnessed = self.next_ids.lock().clone();
+        let witnessed = self.witness.next_ids.lock().clone();
         for (scope, next) in witnessed {
             let Ok(scope) = ScopeKey::parse(&scope) else {
                 continue;
@@ -398,7 +408,7 @@ impl Shared {
     /// batch numbers past every witness, and the index is rebuilt from the records that are
     /// left. Refused for unreadable data, which only `salvage` reads around.
     pub(super) fn accept_loss(&self) -> Result<Vec<String>> {
-        let witnessed = match &*self.damage.lock() {
+        let witnessed = match &*self.witness.damage.lock() {
             None => return Ok(Vec::new()),
             Some(super::evidence::Damage::Lost { witnessed, .. }) => *witnessed,
             Some(d @ super::evidence::Damage::Unreadable(_)) => return Err(d.refusal(&self.dir)),
@@ -412,7 +422,7 @@ impl Shared {
             }
         }
         {
-            let mut batches = self.batches.lock();
+            let mut batches = self.group.batches.lock();
             *batches = (*batches).max(witnessed);
         }
         let mut batch = self.db.batch();
@@ -430,7 +440,7 @@ impl Shared {
         self.wait_durable(ticket)?;
         // The bookkeeping changed outside the write path: what memory holds is read again.
         self.scopes.reset_all();
-        *self.damage.lock() = None;
+        *self.witness.damage.lock() = None;
         log::warn!(
             "[store] accepted the loss of {} acknowledged record(s); their ids are never handed out again",
             lost.len()

@@ -85,18 +85,21 @@ impl Shared {
         loop {
             {
                 // `stop` is set under this lock, so the check and the wait cannot miss it.
-                let mut ops = self.ops.lock();
-                if !self.stop.load(Ordering::SeqCst) && ops.changes < self.commit_every {
-                    self.wake.wait_for(&mut ops, self.commit_interval);
+                let mut ops = self.queue.ops.lock();
+                if !self.queue.stop.load(Ordering::SeqCst) && ops.changes < self.queue.commit_every
+                {
+                    self.queue
+                        .wake
+                        .wait_for(&mut ops, self.queue.commit_interval);
                 }
             }
             if self.commit_index().is_err() {
-                self.index_degraded.store(true, Ordering::SeqCst);
+                self.queue.degraded.store(true, Ordering::SeqCst);
             }
             if let Err(e) = self.prune_decisions() {
                 log::warn!("[store] pruning the decision journal failed: {e}");
             }
-            if self.stop.load(Ordering::SeqCst) {
+            if self.queue.stop.load(Ordering::SeqCst) {
                 return;
             }
         }
@@ -105,9 +108,9 @@ impl Shared {
     /// Commits everything staged, then trims the outbox up to the watermark.
     pub(super) fn commit_index(&self) -> Result<()> {
         // One committer at a time (the indexer thread, or a flush).
-        let _committing = self.committing.lock();
+        let _committing = self.queue.committing.lock();
         let (watermark, covered, queue) = {
-            let mut ops = self.ops.lock();
+            let mut ops = self.queue.ops.lock();
             if ops.pending.is_empty() {
                 return Ok(());
             }
@@ -123,7 +126,7 @@ impl Shared {
         };
         if let Err(e) = self.index.stage(&queue) {
             // Nothing is lost: the outbox keeps these operations for the next open.
-            self.index_degraded.store(true, Ordering::SeqCst);
+            self.queue.degraded.store(true, Ordering::SeqCst);
             return Err(e);
         }
         let mark = self.durable_mark(watermark)?;
@@ -135,18 +138,18 @@ impl Shared {
         }
         self.commit_batch(batch)
             .map_err(st("trimming the index outbox"))?;
-        let mut ops = self.ops.lock();
+        let mut ops = self.queue.ops.lock();
         for op in covered {
             ops.remove(op);
         }
-        self.drained.notify_all();
+        self.queue.drained.notify_all();
         Ok(())
     }
 
     /// Raises the witness of acknowledged ids to cover `ops` (written, once the journal is
     /// durable, ahead of the index commit that covers them).
     fn witness_ids(&self, ops: &[IndexOp]) -> Result<()> {
-        let mut ids = self.next_ids.lock();
+        let mut ids = self.witness.next_ids.lock();
         let mut raised = false;
         for op in ops {
             if let Some(RecordId { scope, seq }) = RecordId::parse(op.id()) {
@@ -184,7 +187,7 @@ impl Shared {
     /// Brings the index up to date with the records at open. A store that lost writes keeps
     /// its index untouched: the index is the evidence of which ids were lost.
     pub(super) fn recover(&self, watermark: Option<Mark>) -> Result<()> {
-        let damaged = self.damage.lock().is_some();
+        let damaged = self.witness.damage.lock().is_some();
         let watermark = watermark.map(|m| m.op);
         let mut entries: Vec<(u64, Vec<String>)> = Vec::new();
         for g in self.ks.outbox.iter() {
@@ -195,7 +198,7 @@ impl Shared {
         }
         let last = entries.last().map(|(op, _)| *op);
         let top = last.unwrap_or(0).max(watermark.unwrap_or(0));
-        self.ops.lock().next = top + 1;
+        self.queue.ops.lock().next = top + 1;
         if damaged {
             return Ok(());
         }
@@ -256,7 +259,7 @@ impl Shared {
     pub(super) fn rebuild_index(&self) -> Result<()> {
         // Hold every pending operation back: the rebuild reads the records as they are now.
         self.commit_index()?;
-        let top = Self::watermark(&self.ops.lock());
+        let top = Self::watermark(&self.queue.ops.lock());
         self.rebuild_index_at(top)
     }
 

@@ -96,6 +96,20 @@ struct Shared {
     index: KeywordIndex,
     /// Each scope's write lock and its derived state, bounded (see `scopes`).
     scopes: Scopes,
+    /// The index changes waiting for the indexer, and its cadence.
+    queue: IndexQueue,
+    /// Batches, their numbers and their fsyncs, shared by concurrent writers.
+    group: GroupCommit,
+    /// The decision journal's keys and retention.
+    journal: JournalPolicy,
+    /// What the store knows of lost or damaged data.
+    witness: Witnesses,
+    clock: Clock,
+    cap: usize,
+}
+
+/// The index changes waiting for the indexer thread, and how it is woken and stopped.
+struct IndexQueue {
     ops: Mutex<Ops>,
     /// Held while the index is staged and committed.
     committing: Mutex<()>,
@@ -105,30 +119,40 @@ struct Shared {
     stop: AtomicBool,
     /// Set when staging or committing the index failed; the outbox keeps the gap for the next
     /// open and `doctor` reports it.
-    index_degraded: AtomicBool,
-    /// Set when the store can prove it lost acknowledged writes, or holds data that does not
-    /// read: every write is refused with what happened and what to do (see `evidence`).
-    damage: Mutex<Option<evidence::Damage>>,
+    degraded: AtomicBool,
+    commit_every: usize,
+    commit_interval: Duration,
+}
+
+/// Batches committed to the records, numbered, and fsynced together (see `commit`).
+struct GroupCommit {
+    /// Acknowledge a write only after its batch is fsynced.
+    sync_writes: bool,
+    state: Mutex<SyncState>,
+    synced: Condvar,
     /// The number of the last batch committed (see `commit_batch`).
     batches: Mutex<u64>,
     /// A write or a sync of the records failed (a full disk): fjall takes no more writes, and a
     /// close must not wait for a flush that cannot happen.
     write_failed: AtomicBool,
-    /// Acknowledge a write only after its batch is fsynced.
-    sync_writes: bool,
-    sync: Mutex<SyncState>,
-    synced: Condvar,
-    clock: Clock,
-    cap: usize,
-    commit_every: usize,
-    commit_interval: Duration,
+}
+
+/// The decision journal's key counter and what pruning keeps.
+struct JournalPolicy {
     /// Makes journal keys unique within a millisecond: seeded from the open time in
     /// nanoseconds, so it also grows across reopens.
-    decision_counter: std::sync::atomic::AtomicU64,
-    journal_days: u32,
-    journal_cap: usize,
+    counter: std::sync::atomic::AtomicU64,
+    days: u32,
+    cap: usize,
     /// Scopes whose journal grew since the indexer last pruned them.
-    journal_dirty: Mutex<std::collections::HashSet<ScopeKey>>,
+    dirty: Mutex<std::collections::HashSet<ScopeKey>>,
+}
+
+/// Lost and damaged data: what refuses writes, and which ids were ever acknowledged.
+struct Witnesses {
+    /// Set when the store can prove it lost acknowledged writes, or holds data that does not
+    /// read: every write is refused with what happened and what to do (see `evidence`).
+    damage: Mutex<Option<evidence::Damage>>,
     /// The witness of acknowledged ids, as last written (see `evidence::NextIds`).
     next_ids: Mutex<evidence::NextIds>,
 }
@@ -246,7 +270,7 @@ fn locked(dir: &Path) -> Error {
 impl Shared {
     /// Refuses a write to a store that lost acknowledged writes or holds unreadable data.
     fn refuse_if_damaged(&self) -> Result<()> {
-        match &*self.damage.lock() {
+        match &*self.witness.damage.lock() {
             Some(d) => Err(d.refusal(&self.dir)),
             None => Ok(()),
         }
@@ -302,31 +326,39 @@ impl EmbeddedStore {
             ks,
             index: opened.index,
             scopes: Scopes::new(b.scope_cache),
-            ops: Mutex::new(Ops::default()),
-            committing: Mutex::new(()),
-            wake: Condvar::new(),
-            drained: Condvar::new(),
-            stop: AtomicBool::new(false),
-            index_degraded: AtomicBool::new(false),
-            damage: Mutex::new(damage),
-            batches: Mutex::new(last_batch),
-            write_failed: AtomicBool::new(false),
-            sync_writes: b.durability == Durability::Sync,
-            sync: Mutex::new(SyncState::default()),
-            synced: Condvar::new(),
+            queue: IndexQueue {
+                ops: Mutex::new(Ops::default()),
+                committing: Mutex::new(()),
+                wake: Condvar::new(),
+                drained: Condvar::new(),
+                stop: AtomicBool::new(false),
+                degraded: AtomicBool::new(false),
+                commit_every: b.commit_every,
+                commit_interval: b.commit_interval,
+            },
+            group: GroupCommit {
+                sync_writes: b.durability == Durability::Sync,
+                state: Mutex::new(SyncState::default()),
+                synced: Condvar::new(),
+                batches: Mutex::new(last_batch),
+                write_failed: AtomicBool::new(false),
+            },
+            journal: JournalPolicy {
+                counter: std::sync::atomic::AtomicU64::new(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64),
+                ),
+                days: b.journal_days,
+                cap: b.journal_cap,
+                dirty: Mutex::new(std::collections::HashSet::new()),
+            },
+            witness: Witnesses {
+                damage: Mutex::new(damage),
+                next_ids: Mutex::new(next_ids),
+            },
             clock: b.clock.unwrap_or_else(system_clock),
             cap: b.cap,
-            commit_every: b.commit_every,
-            commit_interval: b.commit_interval,
-            decision_counter: std::sync::atomic::AtomicU64::new(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64),
-            ),
-            journal_days: b.journal_days,
-            journal_cap: b.journal_cap,
-            journal_dirty: Mutex::new(std::collections::HashSet::new()),
-            next_ids: Mutex::new(next_ids),
         });
         if upgrade {
             shared.upgrade_dedup_keys()?;
@@ -371,7 +403,7 @@ impl EmbeddedStore {
         self.shared.accept_loss()?;
         self.shared.repair_bookkeeping()?;
         self.shared.rebuild_index()?;
-        self.shared.index_degraded.store(false, Ordering::SeqCst);
+        self.shared.queue.degraded.store(false, Ordering::SeqCst);
         self.shared.check()
     }
 
@@ -423,7 +455,7 @@ impl EmbeddedStore {
         // Records still only in memtables live only in the journal, which every open replays
         // and which is the only copy if the journal is lost. Flushed to tables, a clean store
         // opens without replaying them and survives the loss of its journal.
-        if s.write_failed.load(Ordering::SeqCst) {
+        if s.group.write_failed.load(Ordering::SeqCst) {
             log::warn!(
                 "[store] a write failed at the disk: records stay in the journal, which the next open replays"
             );
@@ -441,9 +473,9 @@ impl EmbeddedStore {
     fn stop_indexer(&mut self) {
         if let Some(handle) = self.indexer.take() {
             {
-                let _ops = self.shared.ops.lock();
-                self.shared.stop.store(true, Ordering::SeqCst);
-                self.shared.wake.notify_all();
+                let _ops = self.shared.queue.ops.lock();
+                self.shared.queue.stop.store(true, Ordering::SeqCst);
+                self.shared.queue.wake.notify_all();
             }
             let _ = handle.join();
         }

@@ -42,7 +42,7 @@ impl Shared {
         if ranked.is_empty() {
             return Ok(Vec::new());
         }
-        if self.damage.lock().is_some() {
+        if self.witness.damage.lock().is_some() {
             // A damaged store answers reads but records nothing, usage included.
             return Ok(ranked
                 .into_iter()
@@ -67,6 +67,7 @@ impl Shared {
     ) -> Result<Vec<(f64, u64)>> {
         let stats = self.fts_stats(scope, state)?;
         let pending: Vec<crate::index::Hit> = self
+            .queue
             .ops
             .lock()
             .pending
