@@ -136,6 +136,16 @@ fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack
     );
     assert!(log.contains("failed at the disk"), "{log}");
 
+    // A restart while the disk is still full either opens or says what the disk said, never
+    // only what an engine made of it ("an index writer was killed").
+    match EmbeddedStore::open(&store) {
+        Ok(opened) => drop(opened),
+        Err(e) => assert!(
+            e.to_string().contains("No space left on device"),
+            "a restart on a full disk names the disk: {e}"
+        ),
+    }
+
     // Space comes back; the restarted store holds every acknowledged write and takes new ones.
     std::fs::remove_file(filler).expect("free space");
     let reopened = EmbeddedStore::open(&store).expect("the store reopens");
