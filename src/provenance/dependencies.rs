@@ -241,6 +241,11 @@ pub(super) fn mcp_sorted(r: &Value) -> Value {
     r
 }
 
+/// A string field's text, or empty when it is absent or not a string.
+fn text_of(v: Option<&Value>) -> String {
+    v.and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
 /// Whether two receipts or reads say different things about the same message, file or action.
 pub(super) fn conflicting_evidence(slack: &[Value], mcp: &[Value]) -> bool {
     let mut facts: HashMap<String, String> = HashMap::new();
@@ -272,12 +277,7 @@ pub(super) fn conflicting_evidence(slack: &[Value], mcp: &[Value]) -> bool {
                 thread,
                 m.get("id").cloned().unwrap_or(Value::Null)
             ]));
-            let hash = m
-                .get("hash")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            if record(key, hash) {
+            if record(key, text_of(m.get("hash"))) {
                 return true;
             }
         }
@@ -287,12 +287,7 @@ pub(super) fn conflicting_evidence(slack: &[Value], mcp: &[Value]) -> bool {
                 channel,
                 file.get("id").cloned().unwrap_or(Value::Null)
             ]));
-            let hash = file
-                .get("hash")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            if record(key, hash) {
+            if record(key, text_of(file.get("hash"))) {
                 return true;
             }
         }
@@ -415,12 +410,7 @@ pub fn is_context_dependencies(value: &Value) -> bool {
             Some(r) => one_of(Some(r), &["legacy", "overflow", "equivocation", "invalid"]),
         }
         && (status != Some("known") || c.get("reason").is_none())
-        && distinct_by(origins, |o| {
-            o.get("runId")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned()
-        })
+        && distinct_by(origins, |o| text_of(o.get("runId")))
         && distinct_by(mcp, mcp_key)
         && distinct_by(slack, canonical)
         && !conflicting_evidence(slack, mcp)

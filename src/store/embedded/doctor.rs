@@ -210,6 +210,12 @@ impl Shared {
         Ok(changed)
     }
 
+    /// What the store knows of its damage, as `doctor` prints it.
+    fn damage_described(&self) -> Option<String> {
+        let damage = self.witness.damage.lock();
+        damage.as_ref().map(|d| d.describe(&self.dir))
+    }
+
     pub(super) fn check(&self) -> Result<Health> {
         let mut health = Health {
             index_degraded: self.queue.degraded.load(Ordering::SeqCst),
@@ -223,12 +229,7 @@ impl Shared {
             let what = format!("unreadable data: {}", health.unreadable.join("; "));
             super::evidence::write_marker(&self.dir, &what)?;
             *self.witness.damage.lock() = Some(super::evidence::Damage::Unreadable(what));
-            health.damage = self
-                .witness
-                .damage
-                .lock()
-                .as_ref()
-                .map(|d| d.describe(&self.dir));
+            health.damage = self.damage_described();
             return Ok(health);
         }
         if matches!(
@@ -239,12 +240,7 @@ impl Shared {
             super::evidence::clear_marker(&self.dir)?;
             *self.witness.damage.lock() = None;
         }
-        health.damage = self
-            .witness
-            .damage
-            .lock()
-            .as_ref()
-            .map(|d| d.describe(&self.dir));
+        health.damage = self.damage_described();
         health.lost = self.lost_ids(20)?;
         let mut per_scope: HashMap<ScopeKey, u64> = HashMap::new();
         let snapshot = self.db.snapshot();
