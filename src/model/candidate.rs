@@ -208,6 +208,36 @@ pub struct ValidCandidate {
     pub provenance: Option<serde_json::Value>,
 }
 
+impl ValidCandidate {
+    /// The active record a write inserts for this candidate at `seq`, never used yet.
+    pub fn to_record(
+        &self,
+        scope: &ScopeKey,
+        seq: u64,
+        provenance: Option<serde_json::Value>,
+        now: i64,
+    ) -> super::Record {
+        super::Record {
+            id: scope.record_id(seq),
+            scope_key: scope.clone(),
+            kind: self.kind,
+            text: self.text.clone(),
+            keywords: self.keywords.clone(),
+            source_thread_key: self.source_thread_key.clone(),
+            source_run_id: self.source_run_id.clone(),
+            provenance,
+            created_at: now,
+            last_used_at: None,
+            use_count: 0,
+            confidence: self.confidence,
+            // As sent, whether or not it resolved: the reference keeps the pointer.
+            supersedes: self.supersedes_sent.clone(),
+            status: super::Status::Active,
+            dedup_key: self.dedup,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

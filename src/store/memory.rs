@@ -87,34 +87,6 @@ fn rejected_decisions(scope: &ScopeKey, options: &WriteOptions, now: i64) -> Vec
         .collect()
 }
 
-/// The record a write inserts for `c`.
-fn new_record(
-    scope: &ScopeKey,
-    seq: u64,
-    c: &crate::model::ValidCandidate,
-    provenance: Option<serde_json::Value>,
-    now: i64,
-) -> Record {
-    Record {
-        id: scope.record_id(seq),
-        scope_key: scope.clone(),
-        kind: c.kind,
-        text: c.text.clone(),
-        keywords: c.keywords.clone(),
-        source_thread_key: c.source_thread_key.clone(),
-        source_run_id: c.source_run_id.clone(),
-        provenance,
-        created_at: now,
-        last_used_at: None,
-        use_count: 0,
-        confidence: c.confidence,
-        // As sent, whether or not it resolved: the reference keeps the pointer.
-        supersedes: c.supersedes_sent.clone(),
-        status: Status::Active,
-        dedup_key: c.dedup,
-    }
-}
-
 /// Evicts the least recently used active records past `cap`: a decision for each.
 fn evict_over_cap(records: &mut Records, scope: &ScopeKey, cap: usize, now: i64) -> Vec<Decision> {
     let mut active: Vec<(i64, i64, u64)> = records
@@ -222,7 +194,7 @@ impl MemoryStore for InMemoryStore {
                 ),
                 None => c.provenance.clone(),
             };
-            records.insert(seq, new_record(scope, seq, c, provenance, now));
+            records.insert(seq, c.to_record(scope, seq, provenance, now));
             counts.inserted += 1;
             journal.push(about(DecisionEvent::Inserted, seq, c));
             if c.kind == Kind::Summary {

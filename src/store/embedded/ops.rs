@@ -456,26 +456,16 @@ impl Shared {
             else {
                 continue;
             };
+            let provenance = provenance
+                .get(&insert.seq)
+                .cloned()
+                .unwrap_or_else(|| c.provenance.clone());
             let r = Record {
-                id: scope.record_id(insert.seq),
-                scope_key: scope.clone(),
-                kind: c.kind,
-                text: c.text.clone(),
-                keywords: c.keywords.clone(),
-                source_thread_key: c.source_thread_key.clone(),
-                source_run_id: c.source_run_id.clone(),
-                provenance: provenance
-                    .get(&insert.seq)
-                    .cloned()
-                    .unwrap_or_else(|| c.provenance.clone()),
-                created_at: now,
                 last_used_at: touched.meta.last_used_at,
                 use_count: touched.meta.use_count,
                 confidence: touched.meta.confidence,
-                // As sent, whether or not it resolved: the reference keeps the pointer.
-                supersedes: c.supersedes_sent.clone(),
                 status: touched.status,
-                dedup_key: c.dedup,
+                ..c.to_record(scope, insert.seq, provenance, now)
             };
             // The bookkeeping was checked against the records, so this cannot fire unless the
             // store changed under us; a write must never replace a record, whatever happened.
