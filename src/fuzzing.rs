@@ -3,7 +3,8 @@
 
 use crate::gate::rejection_markers;
 
-/// The gate on arbitrary bytes: total, deterministic, markers in report order without repeats.
+/// The gate on arbitrary bytes: total, deterministic, markers in report order without repeats,
+/// and the same markers as the reference's patterns read plainly.
 pub fn gate(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let markers = rejection_markers(&text);
@@ -15,6 +16,11 @@ pub fn gate(data: &[u8]) {
         markers,
         rejection_markers(&text),
         "gate is not deterministic"
+    );
+    assert_eq!(
+        markers,
+        crate::gate::model::markers(&text),
+        "the scanners and the reference's patterns disagree on {text:?}"
     );
 }
 

@@ -9,17 +9,18 @@
 //! - digits are ASCII `0-9`;
 //! - whitespace is JavaScript's set ([`crate::text::is_js_whitespace`]): U+FEFF is whitespace, U+0085 is not.
 //!
-//! Every pattern below is compiled with `(?i-u)` (ASCII-only folding, ASCII `\b`) and spells the
-//! whitespace class out, so the `regex` crate decides exactly what the reference decides. The
-//! `regex` crate has no look-around; the two markers that need it (`sha` and `count`) are
-//! scanners instead of patterns.
+//! The rules are decided by scanners that read the text once each: the words and what follows
+//! them (`words`), the hexadecimal runs (`sha`) and the tokens near numbers (`count`). Each is
+//! held to `model` — the reference's regular expressions compiled with `(?i-u)` and its plain
+//! `split`s — by property tests, by the fuzz target and by the fixtures the reference answered.
 //!
 //! **Invariant:** [`rejection_markers`] is pure and total: no panics, no IO, time linear in the
 //! text, memory bounded by the text.
 
-use std::sync::LazyLock;
-
-use regex::{Regex, RegexSet};
+#[cfg(any(test, feature = "__fuzzing"))]
+pub mod model;
+mod swar;
+mod words;
 
 /// The nine marker names, in the order [`rejection_markers`] reports them.
 pub const MARKER_NAMES: [&str; 9] = [
@@ -88,90 +89,6 @@ impl std::fmt::Display for Marker {
     }
 }
 
-/// The reference's whitespace set (JavaScript `\s`), as a regex class body.
-const WS: &str = r"\t\n\x0B\x0C\r \u{A0}\u{1680}\u{2000}-\u{200A}\u{2028}\u{2029}\u{202F}\u{205F}\u{3000}\u{FEFF}";
-
-/// Compiles a pattern written with `{S}` (one whitespace character), `{N}` (one non-whitespace
-/// character) and `{W}` (one word character) under ASCII-only case folding and ASCII `\b`.
-fn compile(pattern: &str) -> String {
-    let s = format!("(?u:[{WS}])");
-    let n = format!("(?u:[^{WS}])");
-    let body = pattern
-        .replace("{S}", &s)
-        .replace("{N}", &n)
-        .replace("{W}", "[A-Za-z0-9_]");
-    format!("(?i-u){body}")
-}
-
-/// A delivery predicate: `was|were|is|are` then at most two words then `pushed|merged|approved`;
-/// `all green`; `lgtm`; `ready for review`; `await(s) ci`; `is complete`.
-const DELIVERY: &str = r"\b(?:(?:was|were|is|are){S}+(?:{W}+{S}+){0,2}(?:pushed|merged|approved)|all{S}+green|lgtm|ready{S}+for{S}+review|awaits?{S}+ci|is{S}+complete)\b";
-
-/// The opening-subject form of `reference`: "PR 12", "pull request #3", "issues 4".
-const REFERENCE_SUBJECT: &str = r"^{S}*(?:pr|pull{S}+request|issue|unit)s?{S}*#?[0-9]+\b";
-
-/// A reference inside a clause: `#` and a digit, or `pull/` / `issues/` and a digit.
-const REFERENCE_CITATION: &str = r"#[0-9]|\b(?:pull|issues)/[0-9]";
-
-const IDENTIFIER: &str = r"\brun{S}+[0-9a-f]{8}\b|\bbranch{S}+{N}*/{N}";
-
-const NOW: &str = r"\bnow{S}+(?:{W}+{S}+)?(?:documents|preserves|displays|includes|carries|has|is|supports|shows|maps|controls|applies|uses)\b";
-
-const CHANGED: &str = r"\b(?:was|were|has{S}+been|have{S}+been){S}+(?:implemented|added|updated|fixed|documented|removed|renamed|introduced|extended)\b";
-
-const UNIT: &str = r"\bunit{S}+u?[0-9]+\b";
-
-const SPEC_ROW: &str = r"\bspec{S}+rows?\b";
-
-const OUTCOME: &str = r"\b(?:pass|passes|passing|passed|green|fail|fails|failing|failed)\b";
-
-/// What any `count` noun holds, raw: `test`, `rows`, and `chec` of `checks` (whose `k` may be
-/// the Kelvin sign). Lowercasing makes no other ASCII letter, so a text without one of these
-/// has no count, and the token scan is skipped.
-const COUNT_NOUN: &str = r"test|rows|chec";
-
-/// Indexes into [`SIMPLE`]: the markers decided by one pattern over the whole text.
-const SET_SUBJECT: usize = 0;
-const SET_DELIVERY: usize = 1;
-const SET_IDENTIFIER: usize = 2;
-const SET_NOW: usize = 3;
-const SET_CHANGED: usize = 4;
-const SET_UNIT: usize = 5;
-const SET_SPEC_ROW: usize = 6;
-const SET_CITATION: usize = 7;
-const SET_OUTCOME: usize = 8;
-const SET_COUNT_NOUN: usize = 9;
-
-struct Patterns {
-    /// One pass over the text answers every whole-text pattern at once.
-    simple: RegexSet,
-    delivery: Regex,
-    citation: Regex,
-    outcome: Regex,
-}
-
-static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| {
-    let all = [
-        REFERENCE_SUBJECT,
-        DELIVERY,
-        IDENTIFIER,
-        NOW,
-        CHANGED,
-        UNIT,
-        SPEC_ROW,
-        REFERENCE_CITATION,
-        OUTCOME,
-        COUNT_NOUN,
-    ];
-    let one = |p: &str| Regex::new(&compile(p)).expect("gate pattern compiles");
-    Patterns {
-        simple: RegexSet::new(all.iter().map(|p| compile(p))).expect("gate patterns compile"),
-        delivery: one(DELIVERY),
-        citation: one(REFERENCE_CITATION),
-        outcome: one(OUTCOME),
-    }
-});
-
 /// The markers `text` carries, in [`Marker::ALL`] order. Empty means the text may be a lesson.
 ///
 /// Pure and total: any string, any length, never panics.
@@ -182,14 +99,15 @@ static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| {
 /// assert!(rejection_markers("run npm ci before the license check").is_empty());
 /// ```
 pub fn rejection_markers(text: &str) -> Vec<Marker> {
-    let p = &*PATTERNS;
-    let hits = p.simple.matches(text);
+    let found = words::scan(text);
     let mut out = Vec::new();
-
-    let reference = hits.matched(SET_SUBJECT)
-        || (hits.matched(SET_CITATION)
-            && hits.matched(SET_DELIVERY)
-            && clauses(text).any(|c| p.citation.is_match(c) && p.delivery.is_match(c)));
+    let reference = words::opens_with_reference(text)
+        || (found.citation
+            && found.delivery
+            && clauses(text).any(|c| {
+                let here = words::scan(c);
+                here.citation && here.delivery
+            }));
     if reference {
         out.push(Marker::Reference);
     }
@@ -197,26 +115,18 @@ pub fn rejection_markers(text: &str) -> Vec<Marker> {
     if sha {
         out.push(Marker::Sha);
     }
-    if digit
-        && hits.matched(SET_OUTCOME)
-        && hits.matched(SET_COUNT_NOUN)
-        && has_count(text, &p.outcome)
-    {
+    if digit && found.outcome && found.noun && has_count(text) {
         out.push(Marker::Count);
     }
     let rest = [
-        (SET_DELIVERY, Marker::Delivery),
-        (SET_IDENTIFIER, Marker::Identifier),
-        (SET_NOW, Marker::Now),
-        (SET_CHANGED, Marker::Changed),
-        (SET_UNIT, Marker::Unit),
-        (SET_SPEC_ROW, Marker::SpecRow),
+        (found.delivery, Marker::Delivery),
+        (found.identifier, Marker::Identifier),
+        (found.now, Marker::Now),
+        (found.changed, Marker::Changed),
+        (found.unit, Marker::Unit),
+        (found.spec_row, Marker::SpecRow),
     ];
-    for (index, marker) in rest {
-        if hits.matched(index) {
-            out.push(marker);
-        }
-    }
+    out.extend(rest.into_iter().filter(|(hit, _)| *hit).map(|(_, m)| m));
     out
 }
 
@@ -298,16 +208,7 @@ fn has_sha(text: &str) -> bool {
 /// hexadecimal characters stand in a row, which every `sha` needs; only the maximal run of
 /// letters and digits around such a place is judged byte by byte, once.
 fn scan_sha(text: &str) -> (bool, bool) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    // Bytes strictly between `m` and `n` (both at most 128) get 0x80; the others 0. The low
-    // seven bits are added apart from the high one, so no byte carries into its neighbour.
-    let between = |x: u64, m: u64, n: u64| {
-        let low = x & (ONES * 127);
-        (ONES * (127 + n)).wrapping_sub(low)
-            & !x
-            & low.wrapping_add(ONES * (127 - m))
-            & (ONES * 128)
-    };
+    use swar::{between, ONES};
     let bytes = text.as_bytes();
     let (mut any_digit, mut window) = (0u64, 0u64);
     // Bytes before this index belong to runs already judged.
@@ -315,18 +216,13 @@ fn scan_sha(text: &str) -> (bool, bool) {
     let mut sha = false;
     let mut i = 0;
     while i < bytes.len() {
-        let mut word = [0u8; 8];
-        let part = bytes.get(i..bytes.len().min(i + 8)).unwrap_or_default();
-        word.get_mut(..part.len())
-            .unwrap_or_default()
-            .copy_from_slice(part);
-        let w = u64::from_le_bytes(word);
+        let w = swar::load(bytes, i);
         let digit = between(w, 0x2F, 0x3A);
         let hex = digit | between(w | (ONES * 0x20), 0x60, 0x67);
         any_digit |= digit;
         // Byte j's mark to bit j, then into the top byte of a window of the last 64 bytes:
         // window bit b stands for byte i + b - 56.
-        let bits = ((hex >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56;
+        let bits = swar::bits(hex);
         window = (window >> 8) | (bits << 56);
         let mut seven = window;
         for shift in 1..7 {
@@ -371,8 +267,8 @@ fn judge_run(bytes: &[u8], at: usize) -> (bool, usize) {
 /// `count`: some clause holds an outcome word and a number within three tokens of
 /// `test`/`tests`/`checks`/`rows`, tokens being the clause lowercased (full Unicode lowercasing,
 /// as JavaScript's `toLowerCase`) and split on every character outside `a-z0-9`.
-fn has_count(text: &str, outcome: &Regex) -> bool {
-    near_pair_clauses(text, |clause| outcome.is_match(clause))
+fn has_count(text: &str) -> bool {
+    near_pair_clauses(text, |clause| words::scan(clause).outcome)
 }
 
 /// Byte classes for [`clauses`] and [`near_pair_clauses`]: the one place that says which bytes
@@ -528,48 +424,8 @@ mod tests {
         assert!(names("12 checks exist").is_empty());
     }
 
-    /// The `sha` and `count` rules as the reference words them, without the one-pass shortcuts:
-    /// the model the fast scanners must agree with.
-    mod model {
-        pub fn clauses(text: &str) -> impl Iterator<Item = &str> {
-            text.split([';', '.', '!', '?', '\n', '\u{2014}'])
-                .filter(|c| !c.is_empty())
-        }
-
-        pub fn has_sha(text: &str) -> bool {
-            text.split(|c: char| !c.is_ascii_alphanumeric()).any(|run| {
-                (7..=40).contains(&run.len())
-                    && run.chars().all(|c| c.is_ascii_hexdigit())
-                    && run.chars().any(|c| c.is_ascii_digit())
-                    && run.chars().any(|c| c.is_ascii_alphabetic())
-            })
-        }
-
-        pub fn has_count(text: &str, outcome: &regex::Regex) -> bool {
-            clauses(text).any(|clause| {
-                if !outcome.is_match(clause) {
-                    return false;
-                }
-                let lower = clause.to_lowercase();
-                let tokens: Vec<&str> = lower
-                    .split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit()))
-                    .filter(|t| !t.is_empty())
-                    .collect();
-                tokens.iter().enumerate().any(|(i, t)| {
-                    t.bytes().all(|b| b.is_ascii_digit())
-                        && tokens.iter().enumerate().any(|(j, w)| {
-                            j != i
-                                && i.abs_diff(j) <= 3
-                                && matches!(*w, "test" | "tests" | "checks" | "rows")
-                        })
-                })
-            })
-        }
-    }
-
     mod scanners_agree_with_the_model {
-        use super::super::{clauses, has_count, has_sha, rejection_markers, Marker, PATTERNS};
-        use super::model;
+        use super::super::{clauses, has_count, has_sha, model, rejection_markers, Marker};
         use proptest::prelude::*;
 
         /// Pieces that sit on every edge the scanners decide: separators (the em dash and its
@@ -616,6 +472,8 @@ mod tests {
             "\u{30c9}",
             "_",
             "\u{3a3}",
+            "x_tests",
+            "rows_",
         ];
 
         fn text() -> impl Strategy<Value = String> {
@@ -626,13 +484,14 @@ mod tests {
             #![proptest_config(ProptestConfig::with_cases(4000))]
             #[test]
             fn sha_count_and_clauses(t in text()) {
-                let outcome = &PATTERNS.outcome;
                 prop_assert_eq!(has_sha(&t), model::has_sha(&t));
-                prop_assert_eq!(has_count(&t, outcome), model::has_count(&t, outcome));
+                prop_assert_eq!(has_count(&t), model::has_count(&t));
                 // The whole gate, with the cheap preconditions it checks before the scanners.
                 let markers = rejection_markers(&t);
                 prop_assert_eq!(markers.contains(&Marker::Sha), model::has_sha(&t));
-                prop_assert_eq!(markers.contains(&Marker::Count), model::has_count(&t, outcome));
+                prop_assert_eq!(markers.contains(&Marker::Count), model::has_count(&t));
+                prop_assert!(!model::has_count(&t) || super::super::words::scan(&t).noun);
+                prop_assert_eq!(&markers, &model::markers(&t));
                 prop_assert_eq!(
                     clauses(&t).collect::<Vec<_>>(),
                     model::clauses(&t).collect::<Vec<_>>()
