@@ -298,6 +298,86 @@ static BYTE_CLASS: [u8; 256] = {
     t
 };
 
+/// What a token is to `count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token {
+    /// All ASCII digits.
+    Number,
+    /// `test`, `tests`, `checks` or `rows`.
+    Noun,
+    Other,
+}
+
+/// The token that starts at `i` (where [`near_pair_clauses`] saw one start): the index past it
+/// and its sort. A token of plain ASCII letters and digits that fits in eight bytes and is not
+/// followed by a byte that may continue it (the Kelvin sign) is read and judged in one `u64`;
+/// any other is walked byte by byte.
+fn read_token(bytes: &[u8], mut i: usize) -> (usize, Token) {
+    let head = swar::load(bytes, i);
+    let len = swar::bits(swar::alnum(head)).trailing_ones() as usize;
+    let next = bytes.get(i + len).map(|&b| BYTE_CLASS[usize::from(b)]);
+    if (1..8).contains(&len) && !matches!(next, Some(MAYBE_DASH | MAYBE_DOTTED_I)) {
+        let key = (head | (swar::ONES * 0x20)) & (u64::MAX >> (64 - 8 * len));
+        let sort = if swar::bits(swar::digit(head)).trailing_ones() as usize >= len {
+            Token::Number
+        } else if COUNT_NOUNS.contains(&key) {
+            Token::Noun
+        } else {
+            Token::Other
+        };
+        return (i + len, sort);
+    }
+    let kelvin = |i: usize| bytes.get(i..i + 3) == Some(&[0xE2, 0x84, 0xAA]);
+    let dotted_i = |i: usize| bytes.get(i..i + 2) == Some(&[0xC4, 0xB0]);
+    // The token, lowercased; only its first six letters matter (the longest noun).
+    let (mut word, mut len, mut digits) = ([0u8; 6], 0usize, true);
+    let mut push = |c: u8, len: &mut usize| {
+        if let Some(slot) = word.get_mut(*len) {
+            *slot = c;
+        }
+        *len += 1;
+    };
+    loop {
+        match bytes.get(i).map(|&b| (b, BYTE_CLASS[usize::from(b)])) {
+            Some((c, TOKEN_BYTE)) => {
+                digits &= c.is_ascii_digit();
+                push(c.to_ascii_lowercase(), &mut len);
+                i += 1;
+            }
+            Some((_, MAYBE_DASH)) if kelvin(i) => {
+                digits = false;
+                push(b'k', &mut len);
+                i += 3;
+            }
+            Some((_, MAYBE_DOTTED_I)) if dotted_i(i) => {
+                // `i` then U+0307, which is no token character: the token ends.
+                digits = false;
+                push(b'i', &mut len);
+                i += 2;
+                break;
+            }
+            _ => break,
+        }
+    }
+    let token = word.get(..len).unwrap_or_default();
+    let sort = if digits {
+        Token::Number
+    } else if [&b"test"[..], b"tests", b"checks", b"rows"].contains(&token) {
+        Token::Noun
+    } else {
+        Token::Other
+    };
+    (i, sort)
+}
+
+/// The nouns of `count`, folded as [`read_token`] folds a token.
+const COUNT_NOUNS: [u64; 4] = [
+    u64::from_le_bytes(*b"test\0\0\0\0"),
+    u64::from_le_bytes(*b"tests\0\0\0"),
+    u64::from_le_bytes(*b"checks\0\0"),
+    u64::from_le_bytes(*b"rows\0\0\0\0"),
+];
+
 /// Whether some clause of `text` (as [`clauses`] cuts them) holds an all-digit token within
 /// three tokens of `test`/`tests`/`checks`/`rows` and `accept`s; tokens are the runs of `a-z0-9`
 /// of the clause lowercased as JavaScript lowercases it.
@@ -327,44 +407,18 @@ fn near_pair_clauses(text: &str, mut accept: impl FnMut(&str) -> bool) -> bool {
     while let Some(&b) = bytes.get(i) {
         let class = BYTE_CLASS[usize::from(b)];
         if starts_token(i) {
-            // The token, lowercased; only its first six letters matter (the longest word).
-            let (mut word, mut len, mut digits) = ([0u8; 6], 0usize, true);
-            let mut push = |c: u8, len: &mut usize| {
-                if let Some(slot) = word.get_mut(*len) {
-                    *slot = c;
+            let (end, sort) = read_token(bytes, i);
+            i = end;
+            match sort {
+                Token::Number => {
+                    near |= last_word.is_some_and(|w| k - w <= 3);
+                    last_number = Some(k);
                 }
-                *len += 1;
-            };
-            loop {
-                match class_at(i) {
-                    Some(TOKEN_BYTE) => {
-                        let c = bytes.get(i).copied().unwrap_or_default();
-                        digits &= c.is_ascii_digit();
-                        push(c.to_ascii_lowercase(), &mut len);
-                        i += 1;
-                    }
-                    Some(MAYBE_DASH) if kelvin(i) => {
-                        digits = false;
-                        push(b'k', &mut len);
-                        i += 3;
-                    }
-                    Some(MAYBE_DOTTED_I) if dotted_i(i) => {
-                        // `i` then U+0307, which is no token character: the token ends.
-                        digits = false;
-                        push(b'i', &mut len);
-                        i += 2;
-                        break;
-                    }
-                    _ => break,
+                Token::Noun => {
+                    near |= last_number.is_some_and(|n| k - n <= 3);
+                    last_word = Some(k);
                 }
-            }
-            let token = word.get(..len).unwrap_or_default();
-            if digits {
-                near |= last_word.is_some_and(|w| k - w <= 3);
-                last_number = Some(k);
-            } else if [&b"test"[..], b"tests", b"checks", b"rows"].contains(&token) {
-                near |= last_number.is_some_and(|n| k - n <= 3);
-                last_word = Some(k);
+                Token::Other => {}
             }
             k += 1;
             continue;

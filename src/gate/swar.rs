@@ -37,9 +37,19 @@ pub(super) fn bits(marks: u64) -> u64 {
     ((marks >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56
 }
 
+/// `[0-9]`.
+pub(super) fn digit(x: u64) -> u64 {
+    between(x, 0x2F, 0x3A)
+}
+
+/// `[A-Za-z0-9]`.
+pub(super) fn alnum(x: u64) -> u64 {
+    digit(x) | between(x | (ONES * 0x20), 0x60, 0x7B)
+}
+
 /// `[A-Za-z0-9_]`: the word characters of `\b` without the Unicode flag.
 pub(super) fn word(x: u64) -> u64 {
-    between(x, 0x2F, 0x3A) | between(x | (ONES * 0x20), 0x60, 0x7B) | equal(x, b'_')
+    alnum(x) | equal(x, b'_')
 }
 
 #[cfg(test)]
@@ -60,7 +70,8 @@ mod tests {
                     assert_eq!(at(equal(x, b'#')), b == b'#', "{b:#x} lane {lane}");
                     let w = b.is_ascii_alphanumeric() || b == b'_';
                     assert_eq!(at(word(x)), w, "{b:#x} lane {lane} fill {fill:#x}");
-                    assert_eq!(at(between(x, 0x2F, 0x3A)), b.is_ascii_digit());
+                    assert_eq!(at(digit(x)), b.is_ascii_digit());
+                    assert_eq!(at(alnum(x)), b.is_ascii_alphanumeric());
                 }
             }
         }

@@ -170,44 +170,67 @@ const fn key(word: &[u8]) -> u64 {
     k
 }
 
-const WAS: u64 = key(b"was");
-const WERE: u64 = key(b"were");
-const IS: u64 = key(b"is");
-const ARE: u64 = key(b"are");
-const HAS: u64 = key(b"has");
-const HAVE: u64 = key(b"have");
-const ALL: u64 = key(b"all");
-const LGTM: u64 = key(b"lgtm");
-const READY: u64 = key(b"ready");
-const AWAIT: u64 = key(b"await");
-const AWAITS: u64 = key(b"awaits");
-const NOW: u64 = key(b"now");
-const RUN: u64 = key(b"run");
-const BRANCH: u64 = key(b"branch");
-const UNIT: u64 = key(b"unit");
-const SPEC: u64 = key(b"spec");
-const PULL: u64 = key(b"pull");
-const ISSUES: u64 = key(b"issues");
-const PASS: u64 = key(b"pass");
-const PASSES: u64 = key(b"passes");
-const PASSING: u64 = key(b"passing");
-const PASSED: u64 = key(b"passed");
-const GREEN: u64 = key(b"green");
-const FAIL: u64 = key(b"fail");
-const FAILS: u64 = key(b"fails");
-const FAILING: u64 = key(b"failing");
-const FAILED: u64 = key(b"failed");
-const TEST: u64 = key(b"test");
-const TESTS: u64 = key(b"tests");
-const CHECKS: u64 = key(b"checks");
-const CHEC: u64 = key(b"chec");
-const ROWS: u64 = key(b"rows");
+/// What a word opens: the patterns [`after_word`] reads on for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Opens {
+    Nothing,
+    /// `was`, `were`: a delivery predicate or a change.
+    WasWere,
+    /// `is`: a delivery predicate or `is complete`.
+    Is,
+    /// `are`: a delivery predicate.
+    Are,
+    /// `has`, `have`: `been` and a change.
+    HasHave,
+    All,
+    Lgtm,
+    Ready,
+    Await,
+    Now,
+    Run,
+    Branch,
+    Unit,
+    Spec,
+    /// `pull`, `issues`: a citation when `/` and a digit follow.
+    Cites,
+    Outcome,
+    Noun,
+}
 
 /// Every word [`after_word`] reads on after.
-const OPENERS: [u64; 32] = [
-    WAS, WERE, IS, ARE, HAS, HAVE, ALL, LGTM, READY, AWAIT, AWAITS, NOW, RUN, BRANCH, UNIT, SPEC,
-    PULL, ISSUES, PASS, PASSES, PASSING, PASSED, GREEN, FAIL, FAILS, FAILING, FAILED, TEST, TESTS,
-    CHECKS, CHEC, ROWS,
+const OPENERS: [(&[u8], Opens); 32] = [
+    (b"was", Opens::WasWere),
+    (b"were", Opens::WasWere),
+    (b"is", Opens::Is),
+    (b"are", Opens::Are),
+    (b"has", Opens::HasHave),
+    (b"have", Opens::HasHave),
+    (b"all", Opens::All),
+    (b"lgtm", Opens::Lgtm),
+    (b"ready", Opens::Ready),
+    (b"await", Opens::Await),
+    (b"awaits", Opens::Await),
+    (b"now", Opens::Now),
+    (b"run", Opens::Run),
+    (b"branch", Opens::Branch),
+    (b"unit", Opens::Unit),
+    (b"spec", Opens::Spec),
+    (b"pull", Opens::Cites),
+    (b"issues", Opens::Cites),
+    (b"pass", Opens::Outcome),
+    (b"passes", Opens::Outcome),
+    (b"passing", Opens::Outcome),
+    (b"passed", Opens::Outcome),
+    (b"green", Opens::Outcome),
+    (b"fail", Opens::Outcome),
+    (b"fails", Opens::Outcome),
+    (b"failing", Opens::Outcome),
+    (b"failed", Opens::Outcome),
+    (b"test", Opens::Noun),
+    (b"tests", Opens::Noun),
+    (b"checks", Opens::Noun),
+    (b"chec", Opens::Noun),
+    (b"rows", Opens::Noun),
 ];
 
 /// A multiplier that sends the 32 opening words' keys to 32 different slots of 64 (found by
@@ -218,18 +241,20 @@ const fn slot(key: u64) -> usize {
     (key.wrapping_mul(SLOT_MUL) >> 58) as usize
 }
 
-/// The opening words by slot: one load and one comparison tell any other word apart, so the
-/// many words that open nothing never reach [`after_word`]'s comparisons.
-static SLOTS: [u64; 64] = {
-    let mut t = [0u64; 64];
+/// The opening words by slot: one load and one comparison tell any other word apart, and the
+/// slot says what the word opens, so no chain of comparisons stands between a word and its
+/// patterns.
+static SLOTS: [(u64, Opens); 64] = {
+    let mut t = [(0u64, Opens::Nothing); 64];
     let mut j = 0;
     while j < OPENERS.len() {
-        let s = slot(OPENERS[j]);
+        let k = key(OPENERS[j].0);
+        let s = slot(k);
         assert!(
-            t[s] == 0,
+            t[s].0 == 0,
             "two opening words share a slot: choose another multiplier"
         );
-        t[s] = OPENERS[j];
+        t[s] = (k, OPENERS[j].1);
         j += 1;
     }
     t
@@ -292,38 +317,38 @@ fn names_branch(bytes: &[u8], i: usize) -> bool {
     false
 }
 
-/// Reads on after the word `key` that ends at `i`, for every pattern `key` opens that `found`
-/// has not matched yet.
-fn after_word(found: &mut Found, key: u64, bytes: &[u8], i: usize) {
+/// Reads on after a word that ends at `i`, for every pattern it `opens` that `found` has not
+/// matched yet.
+fn after_word(found: &mut Found, opens: Opens, bytes: &[u8], i: usize) {
     // `{S}+` then a word of `first`, then `{S}+` then a word of `second`.
     let two = |first: &Words, second: &Words| {
         next_word(bytes, i)
             .is_some_and(|w| first.holds(bytes, w) && reaches(bytes, w.end, 0, second))
     };
-    match key {
-        WAS | WERE | IS | ARE => {
+    match opens {
+        Opens::WasWere | Opens::Is | Opens::Are => {
             if !found.delivery {
                 found.delivery = reaches(bytes, i, 2, &DELIVERED)
-                    || (key == IS && reaches(bytes, i, 0, &COMPLETE));
+                    || (opens == Opens::Is && reaches(bytes, i, 0, &COMPLETE));
             }
-            if !found.changed && key != IS && key != ARE {
+            if !found.changed && opens == Opens::WasWere {
                 found.changed = reaches(bytes, i, 0, &CHANGED);
             }
         }
-        HAS | HAVE if !found.changed => found.changed = two(&BEEN, &CHANGED),
-        ALL if !found.delivery => found.delivery = reaches(bytes, i, 0, &GREEN_AFTER_ALL),
-        LGTM => found.delivery = true,
-        READY if !found.delivery => found.delivery = two(&FOR, &REVIEW),
-        AWAIT | AWAITS if !found.delivery => found.delivery = reaches(bytes, i, 0, &CI),
-        NOW if !found.now => found.now = reaches(bytes, i, 1, &NOW_DOES),
-        RUN if !found.identifier => {
+        Opens::HasHave if !found.changed => found.changed = two(&BEEN, &CHANGED),
+        Opens::All if !found.delivery => found.delivery = reaches(bytes, i, 0, &GREEN_AFTER_ALL),
+        Opens::Lgtm => found.delivery = true,
+        Opens::Ready if !found.delivery => found.delivery = two(&FOR, &REVIEW),
+        Opens::Await if !found.delivery => found.delivery = reaches(bytes, i, 0, &CI),
+        Opens::Now if !found.now => found.now = reaches(bytes, i, 1, &NOW_DOES),
+        Opens::Run if !found.identifier => {
             found.identifier = next_word(bytes, i).is_some_and(|w| {
                 let word = bytes.get(w.start..w.end).unwrap_or_default();
                 word.len() == 8 && word.iter().all(u8::is_ascii_hexdigit)
             });
         }
-        BRANCH if !found.identifier => found.identifier = names_branch(bytes, i),
-        UNIT if !found.unit => {
+        Opens::Branch if !found.identifier => found.identifier = names_branch(bytes, i),
+        Opens::Unit if !found.unit => {
             found.unit = next_word(bytes, i).is_some_and(|w| {
                 let word = bytes.get(w.start..w.end).unwrap_or_default();
                 let digits = word
@@ -333,15 +358,13 @@ fn after_word(found: &mut Found, key: u64, bytes: &[u8], i: usize) {
                 !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
             });
         }
-        SPEC if !found.spec_row => found.spec_row = reaches(bytes, i, 0, &ROW),
-        PULL | ISSUES if !found.citation => {
+        Opens::Spec if !found.spec_row => found.spec_row = reaches(bytes, i, 0, &ROW),
+        Opens::Cites if !found.citation => {
             found.citation =
                 bytes.get(i) == Some(&b'/') && bytes.get(i + 1).is_some_and(u8::is_ascii_digit);
         }
-        PASS | PASSES | PASSING | PASSED | GREEN | FAIL | FAILS | FAILING | FAILED => {
-            found.outcome = true;
-        }
-        TEST | TESTS | CHECKS | ROWS | CHEC => found.noun = true,
+        Opens::Outcome => found.outcome = true,
+        Opens::Noun => found.noun = true,
         _ => {}
     }
 }
@@ -373,8 +396,10 @@ pub(super) fn scan(text: &str) -> Found {
             let start = i + starts.trailing_zeros() as usize;
             starts &= starts - 1;
             let word = word_at(bytes, start);
-            if word.key != 0 && SLOTS.get(slot(word.key)) == Some(&word.key) {
-                after_word(&mut found, word.key, bytes, word.end);
+            if let Some(&(key, opens)) = SLOTS.get(slot(word.key)) {
+                if key == word.key && key != 0 {
+                    after_word(&mut found, opens, bytes, word.end);
+                }
             }
         }
         i += 8;
@@ -443,9 +468,10 @@ mod tests {
 
     #[test]
     fn keys_tell_words_apart() {
-        assert_eq!(key(b"WAS"), WAS);
-        assert_ne!(key(b"was_"), WAS);
-        assert_ne!(key(b"wa"), WAS);
+        let was = key(b"was");
+        assert_eq!(key(b"WAS"), was);
+        assert_ne!(key(b"was_"), was);
+        assert_ne!(key(b"wa"), was);
         assert_eq!(key(b"passing1"), key(b"PASSING1"));
         assert_eq!(key(b"ninechars"), 0);
     }
