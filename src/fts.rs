@@ -184,10 +184,17 @@ pub(crate) fn idf(rows: u64, hits: u64) -> f64 {
 pub(crate) fn bm25(idfs: &[f64], freqs: &[u32], len: u32, totals: Totals) -> f64 {
     let avgdl = totals.tokens as f64 / totals.rows as f64;
     let d = f64::from(len);
+    // The same operations per term as SQLite's loop; the length term does not depend on the
+    // term, and a term the document lacks adds exactly +0.0 to a sum that starts at +0.0, so
+    // skipping it leaves every bit of the sum as it was.
+    let norm = K1 * (1.0 - B + B * d / avgdl);
     let mut score = 0.0;
     for (idf, &f) in idfs.iter().zip(freqs) {
+        if f == 0 {
+            continue;
+        }
         let f = f64::from(f);
-        score += idf * ((f * (K1 + 1.0)) / (f + K1 * (1.0 - B + B * d / avgdl)));
+        score += idf * ((f * (K1 + 1.0)) / (f + norm));
     }
     score
 }

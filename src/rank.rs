@@ -97,6 +97,20 @@ impl QueryMatcher {
         }
         hits as f64 / self.total as f64
     }
+
+    /// [`keyword_score`] of a record whose distinct tokens (see [`record_tokens`]) are
+    /// `tokens`.
+    pub fn score_distinct<'a>(&self, tokens: impl IntoIterator<Item = &'a str>) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        let hits: usize = tokens
+            .into_iter()
+            .filter_map(|t| self.distinct.get(t))
+            .map(|&(_, count)| count)
+            .sum();
+        hits as f64 / self.total as f64
+    }
 }
 
 /// Ranks `candidates` (in index order) against the whole query and keeps the best `limit`.
@@ -107,17 +121,31 @@ pub fn rank(
     now: i64,
     limit: usize,
 ) -> Vec<Record> {
+    rank_by(query_tokens, candidates, now, limit, |m, r| {
+        (m.score(&r.text, &r.keywords), r.usage_time())
+    })
+}
+
+/// [`rank`] over any candidates: `score` gives a candidate's keyword score (from the matcher)
+/// and its usage time.
+pub fn rank_by<T>(
+    query_tokens: &[String],
+    candidates: Vec<T>,
+    now: i64,
+    limit: usize,
+    score: impl Fn(&QueryMatcher, &T) -> (f64, i64),
+) -> Vec<T> {
     let matcher = QueryMatcher::new(query_tokens);
-    let mut scored: Vec<(f64, Record)> = candidates
+    let mut scored: Vec<(f64, T)> = candidates
         .into_iter()
-        .filter_map(|r| {
-            let kw = matcher.score(&r.text, &r.keywords);
-            (kw > 0.0).then(|| (blend(kw, recency(now, r.usage_time())), r))
+        .filter_map(|c| {
+            let (kw, used) = score(&matcher, &c);
+            (kw > 0.0).then(|| (blend(kw, recency(now, used)), c))
         })
         .collect();
     // Stable: equal scores keep the index order.
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-    scored.into_iter().take(limit).map(|(_, r)| r).collect()
+    scored.into_iter().take(limit).map(|(_, c)| c).collect()
 }
 
 #[cfg(test)]
@@ -147,6 +175,11 @@ mod tests {
         for (text, kw) in cases {
             let want = keyword_score(&q, &record_tokens(text, &kw));
             assert!((m.score(text, &kw) - want).abs() < 1e-12, "{text}");
+            let distinct: Vec<String> = record_tokens(text, &kw).into_iter().collect();
+            assert!(
+                (m.score_distinct(distinct.iter().map(String::as_str)) - want).abs() < 1e-12,
+                "{text}"
+            );
         }
     }
 

@@ -151,9 +151,20 @@ fn export(store: &dyn MemoryStore) -> Vec<Record> {
     by_id(all)
 }
 
+/// A store with the default memory bounds: a scope's records are held for retrieve.
 fn open(dir: &std::path::Path, clock: &FakeClock) -> EmbeddedStore {
-    EmbeddedStore::builder()
-        .clock(clock.clock())
+    open_with(dir, clock, None)
+}
+
+/// `bytes`: a scope cache so small that nothing is held, so retrieve asks the keyword index and
+/// every window is read from the records.
+fn open_with(dir: &std::path::Path, clock: &FakeClock, bytes: Option<usize>) -> EmbeddedStore {
+    let b = EmbeddedStore::builder();
+    let b = match bytes {
+        Some(bytes) => b.scope_cache(1, bytes),
+        None => b,
+    };
+    b.clock(clock.clock())
         .durability(Durability::Buffered)
         .index_commit(4, Duration::from_millis(5))
         .open(dir)
@@ -164,9 +175,12 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().expect("dir");
     let clock = FakeClock::new(T0);
     let mut embedded = Some(open(dir.path(), &clock));
+    let small_dir = tempfile::tempdir().expect("dir");
+    let mut small = Some(open_with(small_dir.path(), &clock, Some(1)));
     let model = InMemoryStore::with_clock(clock.clock());
     for (step, op) in ops.iter().enumerate() {
         let e = embedded.as_ref().expect("open");
+        let sm = small.as_ref().expect("open");
         match op {
             Op::Write {
                 scope: s,
@@ -191,19 +205,27 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 let b = model
                     .write(&scope(SCOPES[*s]), &cs, &o)
                     .map_err(|e| e.to_string());
-                prop_assert_eq!(a, b, "step {}: {:?}", step, op);
+                let c = sm
+                    .write(&scope(SCOPES[*s]), &cs, &o)
+                    .map_err(|e| e.to_string());
+                prop_assert_eq!(&a, &b, "step {}: {:?}", step, op);
+                prop_assert_eq!(&c, &b, "step {} (small cache): {:?}", step, op);
             }
             Op::Forget { scope: s, target } => {
                 let a = e.forget(&scope(SCOPES[*s]), &id(*target)).expect("forget");
                 let b = model
                     .forget(&scope(SCOPES[*s]), &id(*target))
                     .expect("forget");
+                let c = sm.forget(&scope(SCOPES[*s]), &id(*target)).expect("forget");
                 prop_assert_eq!(a, b, "step {}: {:?}", step, op);
+                prop_assert_eq!(c, b, "step {} (small cache): {:?}", step, op);
             }
             Op::Sweep { scope: s, dry_run } => {
                 let a = e.sweep(&scope(SCOPES[*s]), *dry_run).expect("sweep");
                 let b = model.sweep(&scope(SCOPES[*s]), *dry_run).expect("sweep");
-                prop_assert_eq!(a, b, "step {}: {:?}", step, op);
+                let c = sm.sweep(&scope(SCOPES[*s]), *dry_run).expect("sweep");
+                prop_assert_eq!(&a, &b, "step {}: {:?}", step, op);
+                prop_assert_eq!(&c, &b, "step {} (small cache): {:?}", step, op);
             }
             Op::Retrieve { scope: s, words } => {
                 let q: Vec<&str> = words.iter().map(|&w| WORDS[w]).collect();
@@ -213,6 +235,11 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 let b = model
                     .retrieve(&scope(SCOPES[*s]), &q.join(" "), 50)
                     .expect("retrieve");
+                let c = sm
+                    .retrieve(&scope(SCOPES[*s]), &q.join(" "), 50)
+                    .expect("retrieve");
+                // Both embedded paths rank alike, order and ties included.
+                prop_assert_eq!(&a, &c, "step {} (small cache): {:?}", step, op);
                 prop_assert_eq!(by_id(a), by_id(b), "step {}: {:?}", step, op);
             }
             Op::List {
@@ -227,16 +254,23 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 };
                 let a = e.list(&scope(SCOPES[*s]), &q).expect("list");
                 let b = model.list(&scope(SCOPES[*s]), &q).expect("list");
-                prop_assert_eq!(a, b, "step {}: {:?}", step, op);
+                let c = sm.list(&scope(SCOPES[*s]), &q).expect("list");
+                prop_assert_eq!(&a, &b, "step {}: {:?}", step, op);
+                prop_assert_eq!(&c, &b, "step {} (small cache): {:?}", step, op);
             }
             Op::Advance(ms) => clock.advance(*ms),
             Op::Reopen => {
                 embedded.take().expect("open").close().expect("close");
                 embedded = Some(open(dir.path(), &clock));
+                small.take().expect("open").close().expect("close");
+                small = Some(open_with(small_dir.path(), &clock, Some(1)));
             }
         }
     }
     let e = embedded.take().expect("open");
+    let sm = small.take().expect("open");
+    prop_assert_eq!(export(&sm), export(&model));
+    prop_assert!(sm.check().expect("check").is_ok());
     prop_assert_eq!(export(&e), export(&model));
     prop_assert_eq!(e.stats(0).expect("stats"), model.stats(0).expect("stats"));
     let health = e.check().expect("check");

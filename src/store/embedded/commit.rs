@@ -268,12 +268,8 @@ impl Shared {
                 return Err(e);
             }
         };
-        // The batch is visible: the derived state follows it before anyone is answered. A
-        // refill that fails to read drops the window, which the next read loads again.
-        if let Err(e) = self.apply_changes(scope, state, &changes, meta) {
-            self.scopes.update(scope, state, |d| d.window = None);
-            log::warn!("[store] {scope}: the window is read again on next need: {e}");
-        }
+        // The batch is visible: the derived state follows it before anyone is answered.
+        self.apply_changes(scope, state, &changes, meta);
         if day.is_some() {
             self.scopes.update(scope, state, |d| d.day = day);
         }

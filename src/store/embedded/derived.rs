@@ -8,10 +8,13 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
+use parking_lot::RwLock;
+
 use super::super::codec::{self, ScopeMeta};
 use super::commit::Change;
 use super::order::{lru_key, EvictionOrder};
-use super::scopes::Scope;
+use super::scopes::{Scope, Search};
+use super::search::ScopeSearch;
 use super::totals::ScopeFts;
 use super::window::{Next, WindowData};
 use super::{st, Shared, WINDOW_LEN};
@@ -78,6 +81,42 @@ impl Shared {
         self.scopes
             .update(scope, state, |d| d.fts = Some(Arc::clone(&stats)));
         Ok(stats)
+    }
+
+    /// The scope's active records held for retrieve, loaded from the records on first need and
+    /// kept by every commit after; `None` when they would take more than the scope's share of
+    /// the memory bounds, and retrieve asks the keyword index instead.
+    pub(super) fn scope_search(
+        &self,
+        scope: &ScopeKey,
+        state: &Scope,
+    ) -> Result<Option<Arc<RwLock<ScopeSearch>>>> {
+        let held = |search: &Search| match search {
+            Search::Held(s) => Some(Some(Arc::clone(s))),
+            Search::Indexed => Some(None),
+            Search::Unloaded => None,
+        };
+        if let Some(known) = held(&state.derived().search) {
+            return Ok(known);
+        }
+        let _write = state.write.lock();
+        if let Some(known) = held(&state.derived().search) {
+            return Ok(known);
+        }
+        let mut records = Vec::new();
+        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
+            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
+            records.push(Arc::new(r));
+        }
+        let search = ScopeSearch::of(records);
+        let (next, out) = if search.bytes() <= self.scopes.search_limit() {
+            let shared = Arc::new(RwLock::new(search));
+            (Search::Held(Arc::clone(&shared)), Some(shared))
+        } else {
+            (Search::Indexed, None)
+        };
+        self.scopes.update(scope, state, |d| d.search = next);
+        Ok(out)
     }
 
     /// The scope's newest `WINDOW_LEN` active facts, decoded and shared: kept up to date by
@@ -153,33 +192,51 @@ impl Shared {
     }
 
     /// Applies a committed batch's changes to the scope's derived state (the caller holds the
-    /// scope's write lock, and the batch is visible to readers).
+    /// scope's write lock, and the batch is visible to readers). Every part follows the batch
+    /// or is dropped, to be loaded again on next need: none is left behind it.
     pub(super) fn apply_changes(
         &self,
         scope: &ScopeKey,
         state: &Scope,
         changes: &[Change],
         meta: Option<ScopeMeta>,
-    ) -> Result<()> {
+    ) {
         let current = state.derived().window.clone();
+        // `Some(None)`: the window could not follow and is dropped.
         let window = match current {
             Some(w) if changes.iter().any(touches_facts) => {
                 Some(match w.next(changes, WINDOW_LEN) {
-                    Next::Ready(w) => w,
+                    Next::Ready(w) => Some(w),
                     Next::Refill { kept, after } => {
-                        let more = self.read_facts(scope, after, WINDOW_LEN - kept.len() + 1)?;
-                        WindowData::refilled(kept, more, WINDOW_LEN)
+                        match self.read_facts(scope, after, WINDOW_LEN - kept.len() + 1) {
+                            Ok(more) => Some(WindowData::refilled(kept, more, WINDOW_LEN)),
+                            Err(e) => {
+                                log::warn!(
+                                    "[store] {scope}: the window is read again on next need: {e}"
+                                );
+                                None
+                            }
+                        }
                     }
                 })
             }
             _ => None,
         };
+        let search_limit = self.scopes.search_limit();
         self.scopes.update(scope, state, |d| {
+            if let Search::Held(search) = &d.search {
+                let mut search = search.write();
+                search.apply(changes);
+                if search.bytes() > search_limit {
+                    drop(search);
+                    d.search = Search::Indexed;
+                }
+            }
             if meta.is_some() {
                 d.meta = meta;
             }
             if let Some(w) = window {
-                d.window = Some(Arc::new(w));
+                d.window = w.map(Arc::new);
             }
             if let Some(order) = d.order.as_mut() {
                 for c in changes {
@@ -205,7 +262,6 @@ impl Shared {
                 }
             }
         });
-        Ok(())
     }
 }
 

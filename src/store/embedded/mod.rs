@@ -30,6 +30,7 @@ mod order;
 mod records;
 mod retrieve;
 mod scopes;
+mod search;
 mod totals;
 mod window;
 

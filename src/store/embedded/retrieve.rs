@@ -1,21 +1,29 @@
-//! Retrieve over fjall and tantivy: the reference Worker's FTS5 prefilter answered by the
-//! committed index and the writes staged since its last commit, the pool ranked, and the
-//! answer's usage recorded.
+//! Retrieve: the reference Worker's FTS5 prefilter, the pool ranked, and the answer's usage
+//! recorded. The prefilter is answered by the scope's active records held in memory (`search`)
+//! when they fit the scope's share of the memory bounds, and otherwise by the keyword index
+//! (tantivy) and the writes staged since its last commit, hydrated from fjall. Both give the
+//! same pool.
 //!
-//! **Invariant:** an acknowledged write is found: the indexer reloads the searcher before it
-//! forgets a pending write, so every write is in the committed index or still pending (and a
-//! pending one wins).
-//! **Invariant:** every hit is hydrated from fjall and dropped unless active, so a stale index
-//! entry never reaches the answer.
+//! **Invariant:** an acknowledged write is found: a commit applies its changes to the held
+//! search before the writer returns; on the indexed path the indexer reloads the searcher
+//! before it forgets a pending write, so every write is in the committed index or still
+//! pending (and a pending one wins).
+//! **Invariant:** on the indexed path every hit is hydrated from fjall and dropped unless
+//! active, so a stale index entry never reaches the answer.
 //! **Invariant:** a read answers even when its usage bump cannot be written; a damaged store
 //! records no usage at all.
 
 use super::super::{validate_limit, validate_query};
-use super::scopes::Scope;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::scopes::{Scope, Search};
+use super::search::ScopeSearch;
 use super::Shared;
 use crate::error::Result;
 use crate::model::{Record, Retrieved, ScopeKey};
-use crate::rank::rank;
+use crate::rank::{rank, rank_by};
 use crate::text::tokenize;
 
 impl Shared {
@@ -35,10 +43,28 @@ impl Shared {
         }
         let terms = crate::fts::match_terms_of(&tokens);
         let state = self.scopes.get(scope);
-        let scored = self.scored_hits(scope, &state, &terms)?;
-        let candidates = self.fill_pool(scope, scored, limit)?;
-        let now = (self.clock)();
-        let ranked = rank(&tokens, candidates, now, limit);
+        let search = self.scope_search(scope, &state)?;
+        let ranked: Vec<Arc<Record>> = match &search {
+            Some(search) => {
+                let pool = search.read().pool(&terms, crate::fts::pool_size(limit));
+                let now = (self.clock)();
+                rank_by(&tokens, pool, now, limit, |m, d| {
+                    (m.score_distinct(d.rank_tokens()), d.record.usage_time())
+                })
+                .into_iter()
+                .map(|d| Arc::clone(&d.record))
+                .collect()
+            }
+            None => {
+                let scored = self.scored_hits(scope, &state, &terms)?;
+                let candidates = self.fill_pool(scope, scored, limit)?;
+                let now = (self.clock)();
+                rank(&tokens, candidates, now, limit)
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect()
+            }
+        };
         if ranked.is_empty() {
             return Ok(Vec::new());
         }
@@ -48,10 +74,11 @@ impl Shared {
                 .into_iter()
                 .map(|record| Retrieved {
                     first_use: record.last_used_at.is_none(),
-                    record,
+                    record: Arc::unwrap_or_clone(record),
                 })
                 .collect());
         }
+        let now = (self.clock)();
         self.bump_usage(scope, &state, ranked, now)
     }
 
@@ -133,10 +160,16 @@ impl Shared {
         &self,
         scope: &ScopeKey,
         state: &Scope,
-        ranked: Vec<Record>,
+        ranked: Vec<Arc<Record>>,
         now: i64,
     ) -> Result<Vec<Retrieved>> {
         let _guard = state.write.lock();
+        // Under the scope's write lock a held search is as committed (read it again: a commit
+        // since the ranking may have let it go).
+        let search: Option<Arc<RwLock<ScopeSearch>>> = match &state.derived().search {
+            Search::Held(s) => Some(Arc::clone(s)),
+            _ => None,
+        };
         // Usage bumps are not worth an fsync each (nobody waits on this batch's ticket): they
         // survive a process crash, and a power loss costs at most the last bumps.
         let mut tx = self.tx(state);
@@ -144,10 +177,14 @@ impl Shared {
         let mut unbumped = Vec::with_capacity(ranked.len());
         for r in ranked {
             let Some(seq) = r.seq() else { continue };
-            let Some(old) = self.load_active(scope, seq)? else {
+            let current = match &search {
+                Some(s) => s.read().record(seq),
+                None => self.load_active(scope, seq)?.map(Arc::new),
+            };
+            let Some(old) = current else {
                 continue;
             };
-            let mut new = old.clone();
+            let mut new = Record::clone(&old);
             new.use_count += 1;
             new.last_used_at = Some(now);
             self.update_active(&mut tx, &old, &new, seq)?;
@@ -161,7 +198,7 @@ impl Shared {
             Err(e) => {
                 log::warn!("[store] {scope}: retrieve answered without recording its use: {e}");
                 for (r, bumped) in out.iter_mut().zip(&unbumped) {
-                    *r = bumped.clone();
+                    *r = Record::clone(bumped);
                 }
             }
         }

@@ -14,9 +14,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use super::order::EvictionOrder;
+use super::search::ScopeSearch;
 use super::totals::ScopeFts;
 use super::window::WindowData;
 use crate::model::ScopeKey;
@@ -43,6 +44,30 @@ pub(super) struct Derived {
     pub(super) fts: Option<Arc<ScopeFts>>,
     /// The counters of the day the scope was last written, as committed.
     pub(super) day: Option<(i64, crate::store::DayCounters)>,
+    /// The active records held for retrieve.
+    pub(super) search: Search,
+}
+
+/// Whether a scope's active records are held in memory for retrieve.
+#[derive(Default)]
+pub(super) enum Search {
+    /// Not loaded.
+    #[default]
+    Unloaded,
+    /// Held, and kept by every commit. Readers share it under its read lock; a commit takes
+    /// the write lock (under the scope's write lock) to apply its changes.
+    Held(Arc<RwLock<ScopeSearch>>),
+    /// Too large for the memory bounds: retrieve asks the keyword index.
+    Indexed,
+}
+
+impl Search {
+    fn bytes(&self) -> usize {
+        match self {
+            Search::Held(s) => s.read().bytes(),
+            _ => 0,
+        }
+    }
 }
 
 impl Derived {
@@ -53,6 +78,7 @@ impl Derived {
             + self.window.as_ref().map_or(0, |w| w.bytes())
             + self.order.as_ref().map_or(0, EvictionOrder::bytes)
             + self.fts.as_ref().map_or(0, |f| f.bytes())
+            + self.search.bytes()
     }
 }
 
@@ -167,6 +193,12 @@ impl Scopes {
             bytes: AtomicUsize::new(0),
             bounds,
         }
+    }
+
+    /// The most bytes one scope's search may hold: a sixteenth of the byte budget, so a few
+    /// large scopes cannot crowd out every other.
+    pub(super) fn search_limit(&self) -> usize {
+        self.bounds.max_bytes / 16
     }
 
     /// The scope `key`, created if absent, and marked most recently used; scopes over the

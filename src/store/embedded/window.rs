@@ -34,7 +34,7 @@ pub(super) enum Next {
     },
 }
 
-fn size_of(r: &Record) -> usize {
+pub(super) fn size_of(r: &Record) -> usize {
     const FIXED: usize = 220;
     FIXED
         + r.id.len()

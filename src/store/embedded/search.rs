@@ -1,0 +1,278 @@
+//! A scope's active records held for retrieve: each decoded once with its FTS terms and its
+//! ranking tokens, and the scope's postings, so a retrieve reads no record from fjall, asks no
+//! index, and tokenizes nothing but its query.
+//!
+//! **Invariant:** once loaded, `docs` holds exactly the scope's active records as committed
+//! (every commit to the scope applies its changes here under the scope's write lock, before
+//! the writer returns), and `postings`, `tokens` and `bytes` are what `docs` gives.
+//! **Invariant:** the pool it answers is the one [`crate::fts::pool`] computes over the same
+//! records: the same terms, counts, lengths and floating-point operations.
+
+use std::sync::Arc;
+
+use super::commit::Change;
+use crate::fts::{bm25, idf, FtsDoc, Totals};
+use crate::model::{Record, Status};
+use crate::text::FnvMap;
+
+/// One active record with what retrieve computes from it.
+#[derive(Debug)]
+pub(super) struct SearchDoc {
+    pub(super) record: Arc<Record>,
+    /// Computed from the text and keywords, so shared by every version of the record that
+    /// keeps them (a usage bump copies a pointer).
+    body: Arc<Body>,
+}
+
+#[derive(Debug)]
+struct Body {
+    /// Tokens in the FTS body (`text + " " + keywords`), matchable or not.
+    len: u32,
+    /// The body's distinct matchable terms with how often each occurs.
+    terms: Box<[(Box<str>, u32)]>,
+    /// The record's distinct ranking tokens (text and keywords), each followed by a space:
+    /// one allocation, read front to back when a retrieve ranks it.
+    rank: Box<str>,
+}
+
+impl SearchDoc {
+    fn of(record: Arc<Record>) -> SearchDoc {
+        let fts = FtsDoc::of(&record.text, &record.keywords);
+        let mut sorted: Vec<&String> = fts.terms.iter().collect();
+        sorted.sort_unstable();
+        let mut terms: Vec<(Box<str>, u32)> = Vec::new();
+        for t in sorted {
+            match terms.last_mut() {
+                Some((last, n)) if **last == **t => *n += 1,
+                _ => terms.push((t.as_str().into(), 1)),
+            }
+        }
+        let mut rank = String::new();
+        for t in crate::rank::record_tokens(&record.text, &record.keywords) {
+            rank.push_str(&t);
+            rank.push(' ');
+        }
+        SearchDoc {
+            record,
+            body: Arc::new(Body {
+                len: fts.len,
+                terms: terms.into_boxed_slice(),
+                rank: rank.into_boxed_str(),
+            }),
+        }
+    }
+
+    /// The record's distinct ranking tokens, for [`crate::rank::QueryMatcher::score_distinct`].
+    pub(super) fn rank_tokens(&self) -> impl Iterator<Item = &str> {
+        self.body.rank.split_terminator(' ')
+    }
+
+    fn bytes(&self) -> usize {
+        const FIXED: usize = 160;
+        FIXED
+            + super::window::size_of(&self.record)
+            + self
+                .body
+                .terms
+                .iter()
+                .map(|(t, _)| t.len() + 24)
+                .sum::<usize>()
+            + self.body.rank.len()
+    }
+}
+
+/// A scope's active records and their postings.
+///
+/// Documents live in slots (a freed slot is reused), so a posting names a slot, a query's
+/// counts are kept in a dense table instead of a map, and what scoring reads of a document
+/// (its length, its sequence number) sits in arrays by slot rather than behind pointers.
+#[derive(Debug, Default)]
+pub(super) struct ScopeSearch {
+    slots: Vec<Option<Arc<SearchDoc>>>,
+    /// By slot: the document's FTS length and sequence number (stale for a free slot).
+    lens: Vec<u32>,
+    seqs: Vec<u64>,
+    free: Vec<u32>,
+    by_seq: FnvMap<u64, u32>,
+    /// Each term's documents: `(slot, occurrences)`, in no order.
+    postings: FnvMap<Box<str>, Vec<(u32, u32)>>,
+    /// FTS tokens over every document.
+    tokens: u64,
+    bytes: usize,
+}
+
+/// Bytes a posting list's key and entry cost, roughly.
+const TERM_BYTES: usize = 48;
+const POSTING_BYTES: usize = 8;
+
+impl ScopeSearch {
+    /// The search over these active records.
+    pub(super) fn of(records: impl IntoIterator<Item = Arc<Record>>) -> ScopeSearch {
+        let mut s = ScopeSearch::default();
+        for r in records {
+            s.insert(r);
+        }
+        s
+    }
+
+    /// About how many bytes it holds (records counted whole, though the window may share them).
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes + self.slots.len() * 20 + self.by_seq.len() * 24 + 64
+    }
+
+    fn doc(&self, seq: u64) -> Option<&Arc<SearchDoc>> {
+        let slot = *self.by_seq.get(&seq)?;
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    /// The active record with sequence number `seq`.
+    pub(super) fn record(&self, seq: u64) -> Option<Arc<Record>> {
+        self.doc(seq).map(|d| Arc::clone(&d.record))
+    }
+
+    fn insert(&mut self, record: Arc<Record>) {
+        let Some(seq) = record.seq() else { return };
+        self.remove(seq);
+        let doc = SearchDoc::of(record);
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                self.lens.push(0);
+                self.seqs.push(0);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        if let Some(l) = self.lens.get_mut(slot as usize) {
+            *l = doc.body.len;
+        }
+        if let Some(q) = self.seqs.get_mut(slot as usize) {
+            *q = seq;
+        }
+        self.tokens += u64::from(doc.body.len);
+        self.bytes += doc.bytes();
+        let mut added = 0;
+        for (t, n) in doc.body.terms.iter() {
+            let list = self.postings.entry(t.clone()).or_insert_with(|| {
+                added += TERM_BYTES + t.len();
+                Vec::new()
+            });
+            list.push((slot, *n));
+            added += POSTING_BYTES;
+        }
+        self.bytes += added;
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = Some(Arc::new(doc));
+        }
+        self.by_seq.insert(seq, slot);
+    }
+
+    fn remove(&mut self, seq: u64) {
+        let Some(slot) = self.by_seq.remove(&seq) else {
+            return;
+        };
+        let Some(doc) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        self.free.push(slot);
+        self.tokens = self.tokens.saturating_sub(u64::from(doc.body.len));
+        self.bytes = self.bytes.saturating_sub(doc.bytes());
+        for (t, _) in doc.body.terms.iter() {
+            let Some(list) = self.postings.get_mut(t) else {
+                continue;
+            };
+            if let Some(i) = list.iter().position(|&(s, _)| s == slot) {
+                list.swap_remove(i);
+                self.bytes = self.bytes.saturating_sub(POSTING_BYTES);
+            }
+            if list.is_empty() {
+                self.postings.remove(t);
+                self.bytes = self.bytes.saturating_sub(TERM_BYTES + t.len());
+            }
+        }
+    }
+
+    /// Applies a committed batch's changes to the scope's active set.
+    pub(super) fn apply(&mut self, changes: &[Change]) {
+        for c in changes {
+            let active = c.new.as_ref().filter(|r| r.status == Status::Active);
+            let held = self.by_seq.get(&c.seq).copied();
+            match (held, active) {
+                (Some(slot), Some(r)) => {
+                    let Some(Some(doc)) = self.slots.get_mut(slot as usize) else {
+                        continue;
+                    };
+                    // Counts and times change in place; a changed body is indexed again.
+                    if doc.record.text == r.text && doc.record.keywords == r.keywords {
+                        *doc = Arc::new(SearchDoc {
+                            record: Arc::clone(r),
+                            body: Arc::clone(&doc.body),
+                        });
+                    } else {
+                        self.insert(Arc::clone(r));
+                    }
+                }
+                (Some(_), None) => self.remove(c.seq),
+                (None, Some(r)) => self.insert(Arc::clone(r)),
+                (None, None) => {}
+            }
+        }
+    }
+
+    /// The reference Worker's FTS5 pool for `terms`: every active record holding one, scored
+    /// by `bm25()` over the scope's active records, best first, at most `pool`.
+    pub(super) fn pool(&self, terms: &[String], pool: usize) -> Vec<Arc<SearchDoc>> {
+        if terms.is_empty() || self.by_seq.is_empty() {
+            return Vec::new();
+        }
+        let totals = Totals {
+            rows: self.by_seq.len() as u64,
+            tokens: self.tokens,
+        };
+        let lists: Vec<&[(u32, u32)]> = terms
+            .iter()
+            .map(|t| self.postings.get(t.as_str()).map_or(&[][..], Vec::as_slice))
+            .collect();
+        let idfs: Vec<f64> = lists
+            .iter()
+            .map(|l| idf(totals.rows, l.len() as u64))
+            .collect();
+        // Each matched document's counts: one row of `terms.len()` per document, found by slot.
+        let width = terms.len();
+        let mut row_of = vec![u32::MAX; self.slots.len()];
+        let mut matched: Vec<u32> = Vec::new();
+        let mut freqs: Vec<u32> = Vec::new();
+        for (i, list) in lists.iter().enumerate() {
+            for &(slot, n) in list.iter() {
+                let Some(row) = row_of.get_mut(slot as usize) else {
+                    continue;
+                };
+                if *row == u32::MAX {
+                    *row = matched.len() as u32;
+                    matched.push(slot);
+                    freqs.resize(freqs.len() + width, 0);
+                }
+                if let Some(f) = freqs.get_mut(*row as usize * width + i) {
+                    *f = n;
+                }
+            }
+        }
+        let mut scored: Vec<(f64, u64, u32)> = matched
+            .iter()
+            .enumerate()
+            .filter_map(|(row, &slot)| {
+                let len = *self.lens.get(slot as usize)?;
+                let seq = *self.seqs.get(slot as usize)?;
+                let f = freqs.get(row * width..(row + 1) * width)?;
+                Some((bm25(&idfs, f, len, totals), seq, slot))
+            })
+            .collect();
+        // The Worker's `ORDER BY bm25(...)`: best first, equal scores in sequence order.
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.truncate(pool);
+        scored
+            .into_iter()
+            .filter_map(|(_, _, slot)| self.slots.get(slot as usize)?.clone())
+            .collect()
+    }
+}
