@@ -14,8 +14,6 @@
 //!
 //! **Invariant:** pure; the same records and query give the same pool on every store.
 
-use std::collections::HashSet;
-
 use crate::fts_tables::{ASCII_FOLDS, INNER_RANGES, START_RANGES};
 
 /// BM25's term-frequency saturation, FTS5's default.
@@ -141,23 +139,19 @@ pub fn match_terms(query: &str) -> Vec<String> {
 }
 
 /// [`match_terms`] of a query already tokenized.
-pub(crate) fn match_terms_of(tokens: &[String]) -> Vec<String> {
-    let mut seen = HashSet::new();
-    let distinct: Vec<String> = tokens
+pub(crate) fn match_terms_of<S: AsRef<str>>(tokens: &[S]) -> Vec<String> {
+    let mut seen: crate::text::FnvMap<&str, ()> = crate::text::FnvMap::default();
+    let mut distinct: Vec<&str> = tokens
         .iter()
-        .filter(|t| seen.insert(t.as_str()))
-        .cloned()
+        .map(AsRef::as_ref)
+        .filter(|t| seen.insert(t, ()).is_none())
         .collect();
-    if distinct.len() <= MAX_MATCH_TERMS {
-        return distinct;
+    if distinct.len() > MAX_MATCH_TERMS {
+        // Longest first; stable, so equal lengths keep the query's order.
+        distinct.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        distinct.truncate(MAX_MATCH_TERMS);
     }
-    let mut by_length: Vec<(usize, String)> = distinct.into_iter().enumerate().collect();
-    by_length.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
-    by_length
-        .into_iter()
-        .take(MAX_MATCH_TERMS)
-        .map(|(_, t)| t)
-        .collect()
+    distinct.into_iter().map(str::to_owned).collect()
 }
 
 /// A scope's FTS totals: its active records and their tokens.

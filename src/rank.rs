@@ -63,12 +63,18 @@ pub struct QueryMatcher {
 
 impl QueryMatcher {
     /// A matcher for `query_tokens` (duplicates kept).
-    pub fn new(query_tokens: &[String]) -> QueryMatcher {
+    pub fn new<S: AsRef<str>>(query_tokens: &[S]) -> QueryMatcher {
         let mut distinct: crate::text::FnvMap<String, (usize, usize)> =
             crate::text::FnvMap::default();
         for t in query_tokens {
+            let t = t.as_ref();
             let next = distinct.len();
-            distinct.entry(t.clone()).or_insert((next, 0)).1 += 1;
+            match distinct.get_mut(t) {
+                Some(e) => e.1 += 1,
+                None => {
+                    distinct.insert(t.to_owned(), (next, 1));
+                }
+            }
         }
         QueryMatcher {
             total: query_tokens.len(),
@@ -97,49 +103,34 @@ impl QueryMatcher {
         }
         hits as f64 / self.total as f64
     }
-
-    /// [`keyword_score`] of a record whose distinct tokens (see [`record_tokens`]) are
-    /// `tokens`.
-    pub fn score_distinct<'a>(&self, tokens: impl IntoIterator<Item = &'a str>) -> f64 {
-        if self.total == 0 {
-            return 0.0;
-        }
-        let hits: usize = tokens
-            .into_iter()
-            .filter_map(|t| self.distinct.get(t))
-            .map(|&(_, count)| count)
-            .sum();
-        hits as f64 / self.total as f64
-    }
 }
 
 /// Ranks `candidates` (in index order) against the whole query and keeps the best `limit`.
 /// Records with no query token are dropped; ties keep index order.
-pub fn rank(
-    query_tokens: &[String],
+pub fn rank<S: AsRef<str>>(
+    query_tokens: &[S],
     candidates: Vec<Record>,
     now: i64,
     limit: usize,
 ) -> Vec<Record> {
-    rank_by(query_tokens, candidates, now, limit, |m, r| {
-        (m.score(&r.text, &r.keywords), r.usage_time())
+    let matcher = QueryMatcher::new(query_tokens);
+    rank_by(candidates, now, limit, |r| {
+        (matcher.score(&r.text, &r.keywords), r.usage_time())
     })
 }
 
-/// [`rank`] over any candidates: `score` gives a candidate's keyword score (from the matcher)
-/// and its usage time.
+/// [`rank`] over any candidates: `score` gives a candidate's keyword score (see
+/// [`keyword_score`]) and its usage time.
 pub fn rank_by<T>(
-    query_tokens: &[String],
     candidates: Vec<T>,
     now: i64,
     limit: usize,
-    score: impl Fn(&QueryMatcher, &T) -> (f64, i64),
+    score: impl Fn(&T) -> (f64, i64),
 ) -> Vec<T> {
-    let matcher = QueryMatcher::new(query_tokens);
     let mut scored: Vec<(f64, T)> = candidates
         .into_iter()
         .filter_map(|c| {
-            let (kw, used) = score(&matcher, &c);
+            let (kw, used) = score(&c);
             (kw > 0.0).then(|| (blend(kw, recency(now, used)), c))
         })
         .collect();
@@ -175,11 +166,6 @@ mod tests {
         for (text, kw) in cases {
             let want = keyword_score(&q, &record_tokens(text, &kw));
             assert!((m.score(text, &kw) - want).abs() < 1e-12, "{text}");
-            let distinct: Vec<String> = record_tokens(text, &kw).into_iter().collect();
-            assert!(
-                (m.score_distinct(distinct.iter().map(String::as_str)) - want).abs() < 1e-12,
-                "{text}"
-            );
         }
     }
 

@@ -18,6 +18,28 @@ pub fn tokenize(text: &str) -> Vec<String> {
     out
 }
 
+/// `text` lowercased as [`tokenize`] lowercases it, so that its tokens are the runs of
+/// `[a-z0-9]` in it ([`token_slices`]) and a caller can hold them without a copy each.
+pub(crate) fn lowercase(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.is_ascii() {
+        // Full Unicode lowercasing never yields an ASCII capital.
+        std::borrow::Cow::Owned(text.to_lowercase())
+    } else if text.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(text.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// The tokens of a text already passed through [`lowercase`]: [`tokenize`] of the original,
+/// borrowed.
+pub(crate) fn token_slices(lowered: &str) -> Vec<&str> {
+    lowered
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
 /// Calls `f` with every token of `text` (see [`tokenize`]) without collecting them.
 pub(crate) fn for_each_token(text: &str, mut f: impl FnMut(&str)) {
     let lower;
@@ -193,6 +215,31 @@ pub(crate) fn floor_char_boundary(s: &str, max: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn borrowed_tokens_are_the_tokenizers(text in "(?s).{0,40}", ascii in "[ -~]{0,40}") {
+            for t in [&text, &ascii] {
+                let lowered = lowercase(t);
+                proptest::prop_assert_eq!(token_slices(&lowered), tokenize(t));
+            }
+        }
+    }
+
+    #[test]
+    fn borrowed_tokens_lowercase_what_lowercases_into_ascii() {
+        for t in [
+            "\u{212A}elvin İstanbul",
+            "NPM ci",
+            "npm ci",
+            "",
+            "--",
+            "Ab\u{301}C9",
+        ] {
+            let lowered = lowercase(t);
+            assert_eq!(token_slices(&lowered), tokenize(t), "{t}");
+        }
+    }
 
     #[test]
     fn tokenizer_keeps_duplicates_and_drops_non_ascii_digits() {

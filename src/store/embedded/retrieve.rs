@@ -24,7 +24,7 @@ use super::Shared;
 use crate::error::Result;
 use crate::model::{Record, Retrieved, ScopeKey};
 use crate::rank::{rank, rank_by};
-use crate::text::tokenize;
+use crate::text::{lowercase, token_slices};
 
 impl Shared {
     /// `MemoryStore::retrieve_marked`: the ranked records, bumped, each marked with whether this
@@ -37,7 +37,8 @@ impl Shared {
     ) -> Result<Vec<Retrieved>> {
         validate_limit(limit)?;
         validate_query(query)?;
-        let tokens = tokenize(query);
+        let lowered = lowercase(query);
+        let tokens = token_slices(&lowered);
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
@@ -46,10 +47,12 @@ impl Shared {
         let search = self.scope_search(scope, &state)?;
         let ranked: Vec<Arc<Record>> = match &search {
             Some(search) => {
-                let pool = search.read().pool(&terms, crate::fts::pool_size(limit));
+                let search = search.read();
+                let pool = search.pool(&terms, crate::fts::pool_size(limit));
+                let words = search.query_words(&tokens);
                 let now = (self.clock)();
-                rank_by(&tokens, pool, now, limit, |m, d| {
-                    (m.score_distinct(d.rank_tokens()), d.record.usage_time())
+                rank_by(pool, now, limit, |d| {
+                    (words.score(d), d.record.usage_time())
                 })
                 .into_iter()
                 .map(|d| Arc::clone(&d.record))

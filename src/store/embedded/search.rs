@@ -30,43 +30,12 @@ struct Body {
     len: u32,
     /// The body's distinct matchable terms with how often each occurs.
     terms: Box<[(Box<str>, u32)]>,
-    /// The record's distinct ranking tokens (text and keywords), each followed by a space:
-    /// one allocation, read front to back when a retrieve ranks it.
-    rank: Box<str>,
+    /// The record's distinct ranking tokens (text and keywords, see
+    /// [`crate::rank::record_tokens`]) as the scope's word ids.
+    rank: Box<[u32]>,
 }
 
 impl SearchDoc {
-    fn of(record: Arc<Record>) -> SearchDoc {
-        let fts = FtsDoc::of(&record.text, &record.keywords);
-        let mut sorted: Vec<&String> = fts.terms.iter().collect();
-        sorted.sort_unstable();
-        let mut terms: Vec<(Box<str>, u32)> = Vec::new();
-        for t in sorted {
-            match terms.last_mut() {
-                Some((last, n)) if **last == **t => *n += 1,
-                _ => terms.push((t.as_str().into(), 1)),
-            }
-        }
-        let mut rank = String::new();
-        for t in crate::rank::record_tokens(&record.text, &record.keywords) {
-            rank.push_str(&t);
-            rank.push(' ');
-        }
-        SearchDoc {
-            record,
-            body: Arc::new(Body {
-                len: fts.len,
-                terms: terms.into_boxed_slice(),
-                rank: rank.into_boxed_str(),
-            }),
-        }
-    }
-
-    /// The record's distinct ranking tokens, for [`crate::rank::QueryMatcher::score_distinct`].
-    pub(super) fn rank_tokens(&self) -> impl Iterator<Item = &str> {
-        self.body.rank.split_terminator(' ')
-    }
-
     fn bytes(&self) -> usize {
         const FIXED: usize = 160;
         FIXED
@@ -77,7 +46,103 @@ impl SearchDoc {
                 .iter()
                 .map(|(t, _)| t.len() + 24)
                 .sum::<usize>()
-            + self.body.rank.len()
+            + self.body.rank.len() * 4
+    }
+}
+
+/// The scope's ranking tokens, each named by a small id so a record's tokens are a list of
+/// integers and a query is a table indexed by them. Counted: an id whose last record left is
+/// handed out again.
+#[derive(Debug, Default)]
+struct Words {
+    ids: FnvMap<Box<str>, u32>,
+    /// By id: the word and how many held records have it (0: free).
+    names: Vec<Box<str>>,
+    refs: Vec<u32>,
+    free: Vec<u32>,
+    bytes: usize,
+}
+
+impl Words {
+    fn id(&self, word: &str) -> Option<u32> {
+        self.ids.get(word).copied()
+    }
+
+    /// `word`'s id, one more record counted.
+    fn hold(&mut self, word: &str) -> u32 {
+        if let Some(&id) = self.ids.get(word) {
+            if let Some(r) = self.refs.get_mut(id as usize) {
+                *r += 1;
+            }
+            return id;
+        }
+        let name: Box<str> = word.into();
+        let id = match self.free.pop() {
+            Some(id) => {
+                if let Some(n) = self.names.get_mut(id as usize) {
+                    *n = name.clone();
+                }
+                if let Some(r) = self.refs.get_mut(id as usize) {
+                    *r = 1;
+                }
+                id
+            }
+            None => {
+                self.names.push(name.clone());
+                self.refs.push(1);
+                (self.names.len() - 1) as u32
+            }
+        };
+        self.bytes += 2 * word.len() + WORD_BYTES;
+        self.ids.insert(name, id);
+        id
+    }
+
+    /// One record fewer has word `id`.
+    fn release(&mut self, id: u32) {
+        let Some(r) = self.refs.get_mut(id as usize) else {
+            return;
+        };
+        *r = r.saturating_sub(1);
+        if *r > 0 {
+            return;
+        }
+        if let Some(name) = self.names.get_mut(id as usize) {
+            let name = std::mem::take(name);
+            self.ids.remove(&name);
+            self.bytes = self.bytes.saturating_sub(2 * name.len() + WORD_BYTES);
+        }
+        self.free.push(id);
+    }
+
+    /// How many ids are handed out, free ones included: a bound on every id.
+    fn len(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// A query's tokens as the scope's word ids: [`crate::rank::keyword_score`] of a held record
+/// without hashing a string.
+pub(super) struct QueryWords {
+    /// By word id: how many of the query's tokens are that word.
+    counts: Vec<u32>,
+    /// The query's tokens, duplicates kept.
+    total: usize,
+}
+
+impl QueryWords {
+    /// The fraction of the query's tokens found among `doc`'s tokens.
+    pub(super) fn score(&self, doc: &SearchDoc) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        let hits: u64 = doc
+            .body
+            .rank
+            .iter()
+            .map(|&id| u64::from(self.counts.get(id as usize).copied().unwrap_or(0)))
+            .sum();
+        hits as f64 / self.total as f64
     }
 }
 
@@ -98,12 +163,15 @@ pub(super) struct ScopeSearch {
     postings: FnvMap<Box<str>, Vec<(u32, u32)>>,
     /// FTS tokens over every document.
     tokens: u64,
+    words: Words,
     bytes: usize,
 }
 
 /// Bytes a posting list's key and entry cost, roughly.
 const TERM_BYTES: usize = 48;
 const POSTING_BYTES: usize = 8;
+/// Bytes a word's map entry, id slots and count cost, roughly, beyond its text.
+const WORD_BYTES: usize = 40;
 
 impl ScopeSearch {
     /// The search over these active records.
@@ -117,7 +185,7 @@ impl ScopeSearch {
 
     /// About how many bytes it holds (records counted whole, though the window may share them).
     pub(super) fn bytes(&self) -> usize {
-        self.bytes + self.slots.len() * 20 + self.by_seq.len() * 24 + 64
+        self.bytes + self.words.bytes + self.slots.len() * 20 + self.by_seq.len() * 24 + 64
     }
 
     fn doc(&self, seq: u64) -> Option<&Arc<SearchDoc>> {
@@ -130,10 +198,52 @@ impl ScopeSearch {
         self.doc(seq).map(|d| Arc::clone(&d.record))
     }
 
+    /// `record` with its FTS terms and its ranking tokens, the tokens held in `words`.
+    fn doc_of(&mut self, record: Arc<Record>) -> SearchDoc {
+        let fts = FtsDoc::of(&record.text, &record.keywords);
+        let mut sorted: Vec<&String> = fts.terms.iter().collect();
+        sorted.sort_unstable();
+        let mut terms: Vec<(Box<str>, u32)> = Vec::new();
+        for t in sorted {
+            match terms.last_mut() {
+                Some((last, n)) if **last == **t => *n += 1,
+                _ => terms.push((t.as_str().into(), 1)),
+            }
+        }
+        let rank: Box<[u32]> = crate::rank::record_tokens(&record.text, &record.keywords)
+            .iter()
+            .map(|t| self.words.hold(t))
+            .collect();
+        SearchDoc {
+            record,
+            body: Arc::new(Body {
+                len: fts.len,
+                terms: terms.into_boxed_slice(),
+                rank,
+            }),
+        }
+    }
+
+    /// `query_tokens` (duplicates kept) as this scope's words, to score what [`Self::pool`]
+    /// answers while the same lock is held (an id is handed out again once its last record
+    /// leaves).
+    pub(super) fn query_words(&self, query_tokens: &[&str]) -> QueryWords {
+        let mut counts = vec![0u32; self.words.len()];
+        for t in query_tokens {
+            if let Some(c) = self.words.id(t).and_then(|id| counts.get_mut(id as usize)) {
+                *c += 1;
+            }
+        }
+        QueryWords {
+            counts,
+            total: query_tokens.len(),
+        }
+    }
+
     fn insert(&mut self, record: Arc<Record>) {
         let Some(seq) = record.seq() else { return };
         self.remove(seq);
-        let doc = SearchDoc::of(record);
+        let doc = self.doc_of(record);
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -175,6 +285,9 @@ impl ScopeSearch {
             return;
         };
         self.free.push(slot);
+        for &id in doc.body.rank.iter() {
+            self.words.release(id);
+        }
         self.tokens = self.tokens.saturating_sub(u64::from(doc.body.len));
         self.bytes = self.bytes.saturating_sub(doc.bytes());
         for (t, _) in doc.body.terms.iter() {
@@ -267,9 +380,19 @@ impl ScopeSearch {
                 Some((bm25(&idfs, f, len, totals), seq, slot))
             })
             .collect();
-        // The Worker's `ORDER BY bm25(...)`: best first, equal scores in sequence order.
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        scored.truncate(pool);
+        // The Worker's `ORDER BY bm25(...)`: best first, equal scores in sequence order. The
+        // order is total (sequence numbers differ), so the best `pool` chosen first and then
+        // sorted are the first `pool` of the whole list sorted.
+        let order =
+            |a: &(f64, u64, u32), b: &(f64, u64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if pool == 0 {
+            return Vec::new();
+        }
+        if scored.len() > pool {
+            scored.select_nth_unstable_by(pool - 1, order);
+            scored.truncate(pool);
+        }
+        scored.sort_unstable_by(order);
         scored
             .into_iter()
             .filter_map(|(_, _, slot)| self.slots.get(slot as usize)?.clone())
