@@ -68,12 +68,10 @@ impl Words {
         self.ids.get(word).copied()
     }
 
-    /// `word`'s id, one more record counted.
-    fn hold(&mut self, word: &str) -> u32 {
+    /// `word`'s id, handed out (uncounted) if it has none: [`Words::hold`] it, or it is
+    /// never released.
+    fn intern(&mut self, word: &str) -> u32 {
         if let Some(&id) = self.ids.get(word) {
-            if let Some(r) = self.refs.get_mut(id as usize) {
-                *r += 1;
-            }
             return id;
         }
         let name: Box<str> = word.into();
@@ -82,20 +80,24 @@ impl Words {
                 if let Some(n) = self.names.get_mut(id as usize) {
                     *n = name.clone();
                 }
-                if let Some(r) = self.refs.get_mut(id as usize) {
-                    *r = 1;
-                }
                 id
             }
             None => {
                 self.names.push(name.clone());
-                self.refs.push(1);
+                self.refs.push(0);
                 (self.names.len() - 1) as u32
             }
         };
         self.bytes += 2 * word.len() + WORD_BYTES;
         self.ids.insert(name, id);
         id
+    }
+
+    /// One more record has word `id`.
+    fn hold(&mut self, id: u32) {
+        if let Some(r) = self.refs.get_mut(id as usize) {
+            *r += 1;
+        }
     }
 
     /// One record fewer has word `id`.
@@ -210,10 +212,21 @@ impl ScopeSearch {
                 _ => terms.push((t.as_str().into(), 1)),
             }
         }
-        let rank: Box<[u32]> = crate::rank::record_tokens(&record.text, &record.keywords)
-            .iter()
-            .map(|t| self.words.hold(t))
-            .collect();
+        // The distinct tokens of the text and the keywords, as `rank::record_tokens` gives
+        // them, each held once.
+        let mut rank: Vec<u32> = Vec::new();
+        let words = &mut self.words;
+        let mut add = |t: &str| rank.push(words.intern(t));
+        crate::text::for_each_token(&record.text, &mut add);
+        for k in &record.keywords {
+            crate::text::for_each_token(k, &mut add);
+        }
+        rank.sort_unstable();
+        rank.dedup();
+        for &id in &rank {
+            self.words.hold(id);
+        }
+        let rank = rank.into_boxed_slice();
         SearchDoc {
             record,
             body: Arc::new(Body {
@@ -397,5 +410,131 @@ impl ScopeSearch {
             .into_iter()
             .filter_map(|(_, _, slot)| self.slots.get(slot as usize)?.clone())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Kind, ScopeKey};
+
+    fn record(seq: u64, text: &str, keywords: &[&str]) -> Arc<Record> {
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        Arc::new(Record {
+            id: scope.record_id(seq),
+            scope_key: scope,
+            kind: Kind::Fact,
+            text: text.to_owned(),
+            keywords: keywords.iter().map(|k| (*k).to_owned()).collect(),
+            source_thread_key: "t".to_owned(),
+            source_run_id: None,
+            provenance: None,
+            created_at: 1,
+            last_used_at: None,
+            use_count: 0,
+            confidence: None,
+            supersedes: None,
+            status: Status::Active,
+            dedup_key: true,
+        })
+    }
+
+    fn change(seq: u64, new: Option<Arc<Record>>) -> Change {
+        Change {
+            seq,
+            old: None,
+            new,
+        }
+    }
+
+    fn scores(s: &ScopeSearch, query: &str) -> Vec<(u64, f64)> {
+        let lowered = crate::text::lowercase(query);
+        let tokens = crate::text::token_slices(&lowered);
+        let words = s.query_words(&tokens);
+        let mut out: Vec<(u64, f64)> = s
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|d| Some((d.record.seq()?, words.score(d))))
+            .collect();
+        out.sort_by_key(|&(seq, _)| seq);
+        out
+    }
+
+    #[test]
+    fn word_ids_are_counted_and_handed_out_again_without_mixing_words() {
+        let mut s = ScopeSearch::of([
+            record(1, "alpha beta", &[]),
+            record(2, "beta gamma", &["Alpha"]),
+        ]);
+        assert_eq!(
+            scores(&s, "alpha alpha zeta"),
+            [(1, 2.0 / 3.0), (2, 2.0 / 3.0)]
+        );
+        // Record 2 leaves: "gamma" has no record left, "alpha" and "beta" still have one.
+        s.apply(&[change(2, None)]);
+        assert!(
+            s.words.id("gamma").is_none(),
+            "a word whose last record left is released"
+        );
+        assert!(s.words.id("alpha").is_some());
+        // A new word takes the released id; the query's words keep their own meaning.
+        s.apply(&[change(3, Some(record(3, "delta", &[])))]);
+        assert_eq!(s.words.len(), 3, "the freed id was reused");
+        assert_eq!(scores(&s, "gamma"), [(1, 0.0), (3, 0.0)]);
+        assert_eq!(scores(&s, "delta beta"), [(1, 0.5), (3, 0.5)]);
+        // A usage bump keeps the body and its counts; a retired record leaves.
+        let mut bumped = Record::clone(&record(1, "alpha beta", &[]));
+        bumped.use_count = 5;
+        s.apply(&[change(1, Some(Arc::new(bumped)))]);
+        assert_eq!(s.record(1).map(|r| r.use_count), Some(5));
+        assert_eq!(scores(&s, "beta"), [(1, 1.0), (3, 0.0)]);
+        let mut retired = Record::clone(&record(3, "delta", &[]));
+        retired.status = Status::Forgotten;
+        s.apply(&[change(3, Some(Arc::new(retired)))]);
+        assert!(s.record(3).is_none());
+        assert!(s.words.id("delta").is_none());
+    }
+
+    #[test]
+    fn the_pool_is_the_prefilters() {
+        let texts = [
+            ("npm ci before the license check", vec!["npm"]),
+            ("the cache key includes the lockfile", vec![]),
+            ("npm ci npm ci", vec!["ci", "CI"]),
+            ("vitest needs the registry", vec!["registry"]),
+            ("unrelated words only", vec![]),
+            ("the license check reads the lockfile", vec!["license"]),
+        ];
+        let records: Vec<Arc<Record>> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, (t, k))| record(i as u64 + 1, t, k))
+            .collect();
+        let s = ScopeSearch::of(records.iter().cloned());
+        for query in [
+            "npm ci",
+            "the lockfile",
+            "license check npm",
+            "registry zeta",
+            "zeta",
+        ] {
+            let terms = crate::fts::match_terms(query);
+            for size in [1, 3, 50] {
+                let want = crate::fts::pool(
+                    records
+                        .iter()
+                        .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), r.keywords.as_slice())),
+                    &terms,
+                    size,
+                );
+                let got: Vec<u64> = s
+                    .pool(&terms, size)
+                    .iter()
+                    .filter_map(|d| d.record.seq())
+                    .collect();
+                assert_eq!(got, want, "{query} / {size}");
+            }
+        }
     }
 }
