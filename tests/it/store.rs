@@ -1128,3 +1128,99 @@ fn active_count_counts_facts_and_summaries_of_one_scope_in_every_store() {
         assert_eq!(store.active_count(&scope("org:none")).expect("count"), 0);
     });
 }
+
+/// Retrieve answers the same whether a scope's records are held in memory or asked of the
+/// keyword index: the default budget; one of 800 KB, whose 50 KB share per scope holds the two
+/// small scopes throughout and lets the two large ones go to the index as they grow (about
+/// 1 KB a record here); and one that holds nothing — over the same writes, forgets, sweeps
+/// and clock.
+#[test]
+fn retrieve_answers_alike_whatever_the_memory_holds() {
+    const WORDS: [&str; 16] = [
+        "npm",
+        "ci",
+        "license",
+        "check",
+        "vitest",
+        "lockfile",
+        "cache",
+        "key",
+        "registry",
+        "deploy",
+        "wrangler",
+        "pnpm",
+        "jsdom",
+        "schema",
+        "migration",
+        "flaky",
+    ];
+    let clock = FakeClock::new(T0);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let stores: Vec<EmbeddedStore> = [None, Some(800_000), Some(1)]
+        .into_iter()
+        .zip(&dirs)
+        .map(|(bytes, dir)| {
+            let b = EmbeddedStore::builder();
+            let b = match bytes {
+                Some(bytes) => b.scope_cache(64, bytes),
+                None => b,
+            };
+            b.clock(clock.clock())
+                .durability(Durability::Buffered)
+                .open(dir.path())
+                .expect("the store opens")
+        })
+        .collect();
+    let scopes: Vec<ScopeKey> = (0..4)
+        .map(|i| scope(&format!("repo:acme/app{i}")))
+        .collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let sentence = |next: &mut dyn FnMut(usize) -> usize| -> String {
+        (0..8)
+            .map(|_| WORDS[next(WORDS.len())])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut answered = 0;
+    for round in 0..60 {
+        let s = &scopes[round % scopes.len()];
+        let cands: Vec<Candidate> = (0..[1, 2, 8, 12][round % 4])
+            .map(|i| Candidate::fact(format!("{} {round} {i}", sentence(&mut next)), "t"))
+            .collect();
+        for store in &stores {
+            store.write(s, &cands, &opts()).expect("write");
+        }
+        if round % 7 == 3 {
+            let id = s.record_id(next(round * 6 + 6) as u64);
+            let answers: Vec<bool> = stores
+                .iter()
+                .map(|st| st.forget(s, &id).expect("forget"))
+                .collect();
+            assert!(answers.windows(2).all(|w| w[0] == w[1]), "{answers:?}");
+        }
+        if round % 11 == 5 {
+            for store in &stores {
+                store.sweep(s, false).expect("sweep");
+            }
+        }
+        clock.advance(3_600_000);
+        for q in 0..3 {
+            let query = sentence(&mut next);
+            let s = &scopes[(round + q) % scopes.len()];
+            let answers: Vec<Vec<lessons::Record>> = stores
+                .iter()
+                .map(|st| st.retrieve(s, &query, 8).expect("retrieve"))
+                .collect();
+            answered += usize::from(!answers[0].is_empty());
+            assert_eq!(answers[0], answers[1], "round {round}, some held: {query}");
+            assert_eq!(answers[0], answers[2], "round {round}, none held: {query}");
+        }
+    }
+    assert!(answered > 120, "{answered} of 180 retrieves found records");
+}

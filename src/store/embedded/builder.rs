@@ -100,8 +100,9 @@ impl EmbeddedStoreBuilder {
     /// FTS totals, the active records held for retrieve, the checked bookkeeping, the write
     /// lock): at most `scopes` scopes and about `bytes` bytes, least recently used dropped first
     /// (default 16,384 scopes, 192 MiB). A dropped scope's state is read again from its records
-    /// on next need. A scope whose active records would take more than a sixteenth of `bytes`
-    /// is not held: its retrieve asks the keyword index and reads its candidates from disk.
+    /// on next need. A scope's active records are held for retrieve only while the records held
+    /// take less than half of `bytes`, and only when they take at most a sixteenth of it;
+    /// other scopes' retrieves ask the keyword index and read their candidates from disk.
     pub fn scope_cache(mut self, scopes: usize, bytes: usize) -> Self {
         self.scope_cache = super::scopes::Bounds {
             max_scopes: scopes.max(1),

@@ -85,7 +85,8 @@ impl Shared {
 
     /// The scope's active records held for retrieve, loaded from the records on first need and
     /// kept by every commit after; `None` when they would take more than the scope's share of
-    /// the memory bounds, and retrieve asks the keyword index instead.
+    /// the memory bounds, or the searches held already take theirs, and retrieve asks the
+    /// keyword index instead.
     pub(super) fn scope_search(
         &self,
         scope: &ScopeKey,
@@ -98,6 +99,9 @@ impl Shared {
         };
         if let Some(known) = held(&state.derived().search) {
             return Ok(known);
+        }
+        if !self.scopes.search_room() {
+            return Ok(None);
         }
         let _write = state.write.lock();
         if let Some(known) = held(&state.derived().search) {

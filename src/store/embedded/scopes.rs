@@ -1,6 +1,6 @@
 //! The scopes the store keeps in memory: each scope's write lock and what the store keeps
 //! derived from its records between commits (checked bookkeeping, the decoded window, the
-//! eviction order, the FTS totals), in one map bounded by a count and a byte budget, least
+//! eviction order, the FTS totals, the records held for retrieve), in one map bounded by a count and a byte budget, least
 //! recently used dropped first.
 //!
 //! **Invariant:** everything a `Scope` holds besides its lock is derived from the records and
@@ -62,7 +62,7 @@ pub(super) enum Search {
 }
 
 impl Search {
-    fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         match self {
             Search::Held(s) => s.read().bytes(),
             _ => 0,
@@ -111,8 +111,10 @@ impl Default for Bounds {
 struct Node {
     key: ScopeKey,
     scope: Arc<Scope>,
-    /// Bytes counted for this scope in `Scopes::bytes`.
+    /// Bytes counted for this scope in `Scopes::bytes`, and of them its held search's in
+    /// `Scopes::search_bytes`.
     bytes: usize,
+    search: usize,
     newer: Option<usize>,
     older: Option<usize>,
 }
@@ -183,6 +185,8 @@ pub(super) struct Scopes {
     lru: Mutex<Lru>,
     /// Bytes of every scope's derived state, as last counted.
     bytes: AtomicUsize,
+    /// Of `bytes`, those of the searches held for retrieve.
+    search_bytes: AtomicUsize,
     bounds: Bounds,
 }
 
@@ -191,6 +195,7 @@ impl Scopes {
         Scopes {
             lru: Mutex::new(Lru::default()),
             bytes: AtomicUsize::new(0),
+            search_bytes: AtomicUsize::new(0),
             bounds,
         }
     }
@@ -199,6 +204,13 @@ impl Scopes {
     /// large scopes cannot crowd out every other.
     pub(super) fn search_limit(&self) -> usize {
         self.bounds.max_bytes / 16
+    }
+
+    /// Whether another scope's search may be held: the searches held take less than half the
+    /// byte budget (so many scopes retrieved from do not crowd out every window, and a scope
+    /// that finds no room asks the keyword index, as cheap as before searches were held).
+    pub(super) fn search_room(&self) -> bool {
+        self.search_bytes.load(Ordering::Relaxed) < self.bounds.max_bytes / 2
     }
 
     /// The scope `key`, created if absent, and marked most recently used; scopes over the
@@ -220,6 +232,7 @@ impl Scopes {
             key: key.clone(),
             scope: Arc::clone(&scope),
             bytes: 0,
+            search: 0,
             newer: None,
             older: None,
         };
@@ -249,10 +262,10 @@ impl Scopes {
         scope: &Scope,
         f: impl FnOnce(&mut Derived) -> T,
     ) -> T {
-        let (out, after) = {
+        let (out, after, search) = {
             let mut d = scope.derived.lock();
             let out = f(&mut d);
-            (out, d.bytes())
+            (out, d.bytes(), d.search.bytes())
         };
         let mut lru = self.lru.lock();
         let slot = lru.index.get(key).copied();
@@ -264,6 +277,14 @@ impl Scopes {
             return out;
         }
         let before = std::mem::replace(&mut node.bytes, after);
+        let search_before = std::mem::replace(&mut node.search, search);
+        if search >= search_before {
+            self.search_bytes
+                .fetch_add(search - search_before, Ordering::Relaxed);
+        } else {
+            self.search_bytes
+                .fetch_sub(search_before - search, Ordering::Relaxed);
+        }
         if after >= before {
             self.bytes.fetch_add(after - before, Ordering::Relaxed);
         } else {
@@ -292,6 +313,7 @@ impl Scopes {
             if unused {
                 if let Some(node) = lru.remove(i) {
                     self.bytes.fetch_sub(node.bytes, Ordering::Relaxed);
+                    self.search_bytes.fetch_sub(node.search, Ordering::Relaxed);
                 }
             }
             at = older_than_next;
@@ -315,8 +337,10 @@ impl Scopes {
             .collect();
         for n in lru.nodes.iter_mut().flatten() {
             n.bytes = 0;
+            n.search = 0;
         }
         self.bytes.store(0, Ordering::Relaxed);
+        self.search_bytes.store(0, Ordering::Relaxed);
         drop(lru);
         for (_, scope) in nodes {
             *scope.derived.lock() = Derived::default();
@@ -330,6 +354,37 @@ mod tests {
 
     fn key(i: usize) -> ScopeKey {
         ScopeKey::parse(&format!("repo:a/s{i}")).expect("scope")
+    }
+
+    #[test]
+    fn held_searches_are_counted_until_their_scope_goes() {
+        let scopes = Scopes::new(Bounds {
+            max_scopes: 1,
+            max_bytes: 100,
+        });
+        let held = |scopes: &Scopes, i: usize| {
+            let scope = scopes.get(&key(i));
+            scopes.update(&key(i), &scope, |d| {
+                let search = ScopeSearch::of(std::iter::empty());
+                d.search = Search::Held(Arc::new(RwLock::new(search)));
+            });
+        };
+        assert!(scopes.search_room());
+        held(&scopes, 0);
+        assert!(
+            !scopes.search_room(),
+            "an empty search counts its fixed cost"
+        );
+        // Naming another scope drops the first (one scope at most): its search goes with it.
+        drop(scopes.get(&key(1)));
+        assert!(scopes.search_room());
+        held(&scopes, 1);
+        let scope = scopes.get(&key(1));
+        scopes.update(&key(1), &scope, |d| d.search = Search::Indexed);
+        assert!(scopes.search_room(), "a search let go is uncounted");
+        held(&scopes, 1);
+        scopes.reset_all();
+        assert!(scopes.search_room());
     }
 
     #[test]
