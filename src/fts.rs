@@ -140,7 +140,8 @@ pub fn match_terms(query: &str) -> Vec<String> {
 
 /// [`match_terms`] of a query already tokenized.
 pub(crate) fn match_terms_of<S: AsRef<str>>(tokens: &[S]) -> Vec<String> {
-    let mut seen: crate::text::FnvMap<&str, ()> = crate::text::FnvMap::default();
+    let mut seen: crate::text::FnvMap<&str, ()> =
+        crate::text::FnvMap::with_capacity_and_hasher(tokens.len(), Default::default());
     let mut distinct: Vec<&str> = tokens
         .iter()
         .map(AsRef::as_ref)

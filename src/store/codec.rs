@@ -43,11 +43,9 @@ pub const FORMAT_VERSION: u8 = 1;
 pub const RECORD_VERSION: u8 = 2;
 
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
-    let mut out = vec![FORMAT_VERSION];
-    let body =
-        postcard::to_stdvec(value).map_err(|e| Error::format(format!("encoding a value: {e}")))?;
-    out.extend_from_slice(&body);
-    Ok(out)
+    let mut out = Vec::with_capacity(64);
+    out.push(FORMAT_VERSION);
+    postcard::to_extend(value, out).map_err(|e| Error::format(format!("encoding a value: {e}")))
 }
 
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8], what: &str) -> Result<T> {
@@ -274,12 +272,17 @@ pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
         },
         dedup_key: r.dedup_key,
     };
-    let mut out = vec![RECORD_VERSION];
-    out.extend_from_slice(
-        &postcard::to_stdvec(&stored)
-            .map_err(|e| Error::format(format!("encoding a record: {e}")))?,
-    );
-    Ok(out)
+    // Sized once: the strings are nearly all of it (a usage bump encodes eight records).
+    let strings = stored.base.scope.len()
+        + r.text.len()
+        + r.keywords.iter().map(|k| k.len() + 2).sum::<usize>()
+        + r.source_thread_key.len()
+        + r.source_run_id.as_ref().map_or(0, String::len)
+        + stored.base.provenance.as_ref().map_or(0, String::len)
+        + r.supersedes.as_ref().map_or(0, String::len);
+    let mut out = Vec::with_capacity(strings + 64);
+    out.push(RECORD_VERSION);
+    postcard::to_extend(&stored, out).map_err(|e| Error::format(format!("encoding a record: {e}")))
 }
 
 /// Decodes a stored record. `known`: the scope the caller read it from, whose key is then shared
@@ -338,6 +341,59 @@ pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_encodes_to_postcards_bytes_and_back() {
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        let r = Record {
+            id: scope.record_id(7),
+            scope_key: scope.clone(),
+            kind: Kind::Fact,
+            text: "npm ci must run before the license check ".repeat(20),
+            keywords: vec!["npm".into(), "License".into(), "npm".into()],
+            source_thread_key: "slack:C1:1.0".into(),
+            source_run_id: Some("run-1".into()),
+            provenance: Some(serde_json::json!({"revision": 3, "origins": ["a", "b"]})),
+            created_at: 1_795_996_800_000,
+            last_used_at: Some(1_795_996_900_000),
+            use_count: 4,
+            confidence: Some(0.8),
+            supersedes: Some(scope.record_id(2)),
+            status: Status::Active,
+            dedup_key: true,
+        };
+        let bytes = encode_record(&r, 7).expect("encode");
+        let stored = StoredRecord {
+            base: StoredRecordV1 {
+                scope: scope.as_str(),
+                seq: 7,
+                kind: kind_byte(r.kind),
+                status: status_byte(r.status),
+                text: Cow::Borrowed(&r.text),
+                keywords: Cow::Borrowed(&r.keywords),
+                source_thread_key: Cow::Borrowed(&r.source_thread_key),
+                source_run_id: r.source_run_id.as_deref().map(Cow::Borrowed),
+                provenance: r.provenance.as_ref().map(|p| p.to_string()),
+                created_at: r.created_at,
+                last_used_at: r.last_used_at,
+                use_count: r.use_count,
+                confidence: r.confidence,
+                supersedes: r.supersedes.as_deref().map(Cow::Borrowed),
+            },
+            dedup_key: true,
+        };
+        let mut want = vec![RECORD_VERSION];
+        want.extend(postcard::to_stdvec(&stored).expect("postcard"));
+        assert_eq!(
+            bytes, want,
+            "the stored format is postcard's, whatever the buffer"
+        );
+        assert_eq!(decode_record(&bytes, Some(&scope)).expect("decode"), r);
+        let meta = ScopeMeta::default();
+        let mut want = vec![FORMAT_VERSION];
+        want.extend(postcard::to_stdvec(&meta).expect("postcard"));
+        assert_eq!(encode(&meta).expect("encode"), want);
+    }
 
     #[test]
     fn active_keys_sort_newest_first_within_a_scope_and_kind() {
