@@ -45,12 +45,13 @@ impl Shared {
         let terms = crate::fts::match_terms_of(&tokens);
         let state = self.scopes.get(scope);
         let search = self.scope_search(scope, &state)?;
+        // One time for the ranking's recency and the bump's `lastUsedAt`.
+        let now = (self.clock)();
         let ranked: Vec<Arc<Record>> = match &search {
             Some(search) => {
                 let search = search.read();
                 let pool = search.pool(&terms, crate::fts::pool_size(limit));
                 let words = search.query_words(&tokens);
-                let now = (self.clock)();
                 rank_by(pool, now, limit, |d| {
                     (words.score(d), d.record.usage_time())
                 })
@@ -61,7 +62,6 @@ impl Shared {
             None => {
                 let scored = self.scored_hits(scope, &state, &terms)?;
                 let candidates = self.fill_pool(scope, scored, limit)?;
-                let now = (self.clock)();
                 rank(&tokens, candidates, now, limit)
                     .into_iter()
                     .map(Arc::new)
@@ -81,7 +81,6 @@ impl Shared {
                 })
                 .collect());
         }
-        let now = (self.clock)();
         self.bump_usage(scope, &state, ranked, now)
     }
 
