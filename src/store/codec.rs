@@ -245,7 +245,8 @@ struct StoredRecordV1<'a> {
     supersedes: Option<Cow<'a, str>>,
 }
 
-pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
+/// `r` as it is stored, borrowing its strings.
+fn stored_record(r: &Record, seq: u64) -> Result<StoredRecord<'_>> {
     let provenance = match &r.provenance {
         Some(p) => Some(
             serde_json::to_string(p)
@@ -253,7 +254,7 @@ pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
         ),
         None => None,
     };
-    let stored = StoredRecord {
+    Ok(StoredRecord {
         base: StoredRecordV1 {
             scope: r.scope_key.as_str(),
             seq,
@@ -271,7 +272,12 @@ pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
             supersedes: r.supersedes.as_deref().map(Cow::Borrowed),
         },
         dedup_key: r.dedup_key,
-    };
+    })
+}
+
+/// `r` as stored: the record version byte, then postcard.
+pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
+    let stored = stored_record(r, seq)?;
     // Sized once: the strings are nearly all of it (a usage bump encodes eight records).
     let strings = stored.base.scope.len()
         + r.text.len()
@@ -363,25 +369,7 @@ mod tests {
             dedup_key: true,
         };
         let bytes = encode_record(&r, 7).expect("encode");
-        let stored = StoredRecord {
-            base: StoredRecordV1 {
-                scope: scope.as_str(),
-                seq: 7,
-                kind: kind_byte(r.kind),
-                status: status_byte(r.status),
-                text: Cow::Borrowed(&r.text),
-                keywords: Cow::Borrowed(&r.keywords),
-                source_thread_key: Cow::Borrowed(&r.source_thread_key),
-                source_run_id: r.source_run_id.as_deref().map(Cow::Borrowed),
-                provenance: r.provenance.as_ref().map(|p| p.to_string()),
-                created_at: r.created_at,
-                last_used_at: r.last_used_at,
-                use_count: r.use_count,
-                confidence: r.confidence,
-                supersedes: r.supersedes.as_deref().map(Cow::Borrowed),
-            },
-            dedup_key: true,
-        };
+        let stored = stored_record(&r, 7).expect("stored");
         let mut want = vec![RECORD_VERSION];
         want.extend(postcard::to_stdvec(&stored).expect("postcard"));
         assert_eq!(
