@@ -7,6 +7,7 @@
 //! | keyspace | key | value |
 //! |---|---|---|
 //! | `active` | scope, 0, kind, !seq | record |
+//! | `usage` | scope, 0, kind, !seq (the record's `active` key) | its use since it was last written |
 //! | `retired` | scope, 0, seq | record |
 //! | `norms` | scope, 0, fnv1a64(normalized text) | the active records with that hash (seqs) |
 //! | `scopes` | scope | next seq, active count |
@@ -29,9 +30,11 @@ use crate::model::{Kind, Record, ScopeKey, Status};
 
 /// The store's layout version, in `meta` `format`. Version 1 kept one dedup key per record
 /// (`scope, 0, hash, seq`, found by a prefix scan); version 2 keeps one per normalized text,
-/// holding every active record with it, found by a point read. A version 1 store is upgraded
-/// in place at open.
-pub const STORE_FORMAT: u8 = 2;
+/// holding every active record with it, found by a point read; version 3 records a retrieve's
+/// use of a record in `usage` instead of rewriting the record. A version 1 or 2 store is
+/// upgraded in place at open (version 2 holds no usage entry, so marking it is the upgrade);
+/// a build that knows only version 2 refuses version 3, whose usage it would not read.
+pub const STORE_FORMAT: u8 = 3;
 
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
 pub const LAST_BATCH: &str = "last batch";
@@ -90,6 +93,78 @@ pub fn active_key(scope: &ScopeKey, kind: Kind, seq: u64) -> Vec<u8> {
     let mut k = active_prefix(scope, kind);
     k.extend_from_slice(&(!seq).to_be_bytes());
     k
+}
+
+/// The first byte of a `usage` value: neither a record's nor any other value's version byte,
+/// so salvage tells a usage entry from the rest of a journal batch by its bytes alone.
+pub const USAGE_TAG: u8 = b'u';
+
+/// A record's use since it was last written: what a retrieve changes. The entry overrides the
+/// record's stored `useCount` and `lastUsedAt`; every write of the record folds it in and
+/// removes it in the same batch, so an entry only ever exists for an active record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub use_count: u64,
+    pub last_used_at: i64,
+}
+
+impl Usage {
+    /// The usage `r` carries, once used (`None` when it never was).
+    pub fn of(r: &Record) -> Option<Usage> {
+        r.last_used_at.map(|last_used_at| Usage {
+            use_count: r.use_count,
+            last_used_at,
+        })
+    }
+
+    /// `r` as this entry says it was used.
+    pub fn apply(self, r: &mut Record) {
+        r.use_count = self.use_count;
+        r.last_used_at = Some(self.last_used_at);
+    }
+}
+
+/// A usage value: the tag, then the use count and the time of last use, big-endian (17 bytes;
+/// a bump writes eight of them per retrieve, so they stay small and fixed).
+pub fn encode_usage(u: Usage) -> [u8; 17] {
+    let mut out = [0u8; 17];
+    let (tag, rest) = out.split_at_mut(1);
+    let (count, at) = rest.split_at_mut(8);
+    tag.fill(USAGE_TAG);
+    count.copy_from_slice(&u.use_count.to_be_bytes());
+    at.copy_from_slice(&u.last_used_at.to_be_bytes());
+    out
+}
+
+pub fn decode_usage(bytes: &[u8]) -> Result<Usage> {
+    match bytes.split_first() {
+        Some((&USAGE_TAG, body)) if body.len() == 16 => {
+            let (count, at) = body.split_at(8);
+            let word = |b: &[u8]| -> [u8; 8] { b.try_into().unwrap_or([0; 8]) };
+            Ok(Usage {
+                use_count: u64::from_be_bytes(word(count)),
+                last_used_at: i64::from_be_bytes(word(at)),
+            })
+        }
+        Some((&USAGE_TAG, _)) => Err(Error::format(format!(
+            "a usage entry is {} bytes, not 17",
+            bytes.len()
+        ))),
+        Some((v, _)) => Err(Error::format(format!(
+            "a usage entry starts with {v}, not the usage tag (upgrade lessons)"
+        ))),
+        None => Err(Error::format("a usage entry is empty")),
+    }
+}
+
+/// The scope and sequence number of an `active` (or `usage`) key.
+pub fn active_key_parts(key: &[u8]) -> Option<(&[u8], u64)> {
+    let scope = scope_bytes(key)?;
+    // scope, NUL, kind, then 8 bytes of !seq.
+    if key.len() != scope.len() + 10 || key.get(scope.len() + 1).is_none_or(|&k| k > 1) {
+        return None;
+    }
+    Some((scope, !trailing_seq(key)?))
 }
 
 pub fn retired_key(scope: &ScopeKey, seq: u64) -> Vec<u8> {
@@ -347,6 +422,33 @@ pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_usage_entry_round_trips_and_is_told_from_every_other_value() {
+        let u = Usage {
+            use_count: 7,
+            last_used_at: -5,
+        };
+        let bytes = encode_usage(u);
+        assert_eq!(decode_usage(&bytes).expect("decodes"), u);
+        assert!(
+            decode_usage(&bytes[..16]).is_err(),
+            "a short entry is refused"
+        );
+        assert!(decode_usage(&[]).is_err());
+        // Records and every other value start with a version byte, never the usage tag.
+        assert!(![FORMAT_VERSION, RECORD_VERSION].contains(&USAGE_TAG));
+        assert!(decode_usage(&encode(&(7u64, 5i64)).expect("encodes")).is_err());
+        assert!(decode_record(&bytes, None).is_err());
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        let key = active_key(&scope, Kind::Summary, 42);
+        assert_eq!(
+            active_key_parts(&key),
+            Some((scope.as_str().as_bytes(), 42))
+        );
+        assert_eq!(active_key_parts(&retired_key(&scope, 42)), None);
+        assert_eq!(active_key_parts(&norm_key(&scope, "npm ci")), None);
+    }
 
     #[test]
     fn a_record_encodes_to_postcards_bytes_and_back() {

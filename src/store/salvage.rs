@@ -8,7 +8,8 @@
 //! those after the damage that fjall would have discarded (`journal` reads them). When the
 //! tables themselves do not open (a damaged footer), the journals are all that is read.
 //! Where two versions of a record disagree, the later state wins: retired over active, then the
-//! higher use count, then the later use. The destination gets them through `import`, which
+//! higher use count, then the later use. A retrieve's use recorded apart from its record (a
+//! usage entry, in the tables or the journals) is folded into the record the same way. The destination gets them through `import`, which
 //! derives every scope's bookkeeping, dedup keys and keyword index from the records. The
 //! decision journal is read the same way and carried over.
 //!
@@ -84,10 +85,12 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
 
     let mut found: BTreeMap<String, Record> = BTreeMap::new();
     let mut decisions: BTreeMap<Vec<u8>, Decision> = BTreeMap::new();
+    let mut uses: BTreeMap<String, codec::Usage> = BTreeMap::new();
     if let Err(e) = read_copy(
         &work_records,
         &mut found,
         &mut decisions,
+        &mut uses,
         &mut report,
         &witness,
     ) {
@@ -105,6 +108,10 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
                 decisions.insert(item.key, d);
                 continue;
             }
+            if let Some((id, u)) = as_usage(&item.key, &item.value) {
+                keep_later_use(&mut uses, id, u);
+                continue;
+            }
             // Only record values decode as records; other keyspaces' values fail the check.
             let Ok(r) = codec::decode_record(&item.value, None) else {
                 continue;
@@ -114,6 +121,14 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
             }
             report.from_journal += 1;
             keep_later_state(&mut found, r);
+        }
+    }
+
+    for (id, u) in uses {
+        if let Some(r) = found.get_mut(&id) {
+            if (u.use_count, Some(u.last_used_at)) > (r.use_count, r.last_used_at) {
+                u.apply(r);
+            }
         }
     }
 
@@ -273,6 +288,7 @@ fn read_copy(
     records: &Path,
     found: &mut BTreeMap<String, Record>,
     decisions: &mut BTreeMap<Vec<u8>, Decision>,
+    uses: &mut BTreeMap<String, codec::Usage>,
     report: &mut SalvageReport,
     witness: &NextIds,
 ) -> Result<()> {
@@ -313,6 +329,22 @@ fn read_copy(
             }
         }
         damaged |= failures > 0;
+    }
+    // A usage entry lost to a bad block costs a count, not a record: read what reads.
+    let usage = db
+        .keyspace("usage", KeyspaceCreateOptions::default)
+        .map_err(|e| Error::storage("opening keyspace usage", e))?;
+    for g in usage.iter() {
+        match g.into_inner() {
+            Ok((k, v)) => match as_usage(&k, &v) {
+                Some((id, u)) => keep_later_use(uses, id, u),
+                None => report.unreadable += 1,
+            },
+            Err(_) => {
+                report.unreadable += 1;
+                break;
+            }
+        }
     }
     if damaged {
         // A scan stops at a bad block, and every later key of the keyspace with it: read the
@@ -405,6 +437,23 @@ fn read_key_by_key(
         }
     }
     Ok(())
+}
+
+/// The record id and use a usage entry holds: its key is its record's `active` key, and its
+/// value starts with a tag no other value starts with.
+fn as_usage(key: &[u8], value: &[u8]) -> Option<(String, codec::Usage)> {
+    let u = codec::decode_usage(value).ok()?;
+    let (scope, seq) = codec::active_key_parts(key)?;
+    let scope = ScopeKey::parse(std::str::from_utf8(scope).ok()?).ok()?;
+    Some((scope.record_id(seq), u))
+}
+
+/// Keeps the later of two uses of a record (its use count only grows).
+fn keep_later_use(uses: &mut BTreeMap<String, codec::Usage>, id: String, u: codec::Usage) {
+    let e = uses.entry(id).or_insert(u);
+    if (u.use_count, u.last_used_at) > (e.use_count, e.last_used_at) {
+        *e = u;
+    }
 }
 
 /// Keeps the later of two versions of a record: a record only ever leaves `active`, its use

@@ -222,6 +222,64 @@ fn records_flushed_to_tables_survive_a_deleted_journal_through_salvage() {
 }
 
 #[test]
+fn salvage_keeps_each_records_use_from_the_journal_and_from_the_tables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:acme/app");
+    let before = {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_facts(&store, &s, 0, 12);
+        for q in [
+            "schema check",
+            "migration 3",
+            "schema migration 7",
+            "check 3",
+        ] {
+            assert!(!store.retrieve(&s, q, 4).expect("retrieve").is_empty());
+        }
+        let records = all_records(&store);
+        assert!(
+            records.iter().any(|r| r.use_count >= 2),
+            "some lesson used twice"
+        );
+        store.close().expect("close");
+        records
+    };
+    let same_use = |salvaged: &Path| {
+        let store = EmbeddedStore::open(salvaged).expect("the salvaged store opens");
+        let after = all_records(&store);
+        assert_eq!(after.len(), before.len());
+        for r in &before {
+            assert_eq!(
+                use_of(&after, &r.id),
+                (r.use_count, r.last_used_at),
+                "{}",
+                r.id
+            );
+        }
+    };
+    // Read from the copy's tables and its journal.
+    let to = dir.path().join("salvaged");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert_eq!(report.copied, 12, "{report:?}");
+    same_use(&to);
+    // Read from the tables alone: everything flushed, the journal gone.
+    {
+        let db = raw(dir.path());
+        for name in ["active", "retired", "norms", "scopes", "usage", "meta"] {
+            let ks = db
+                .keyspace(name, fjall::KeyspaceCreateOptions::default)
+                .expect("keyspace");
+            ks.rotate_memtable_and_wait().expect("flush");
+        }
+    }
+    std::fs::remove_file(journal_of(dir.path())).expect("delete the journal");
+    let to = dir.path().join("salvaged-from-tables");
+    let report = lessons::store::salvage(dir.path(), &to).expect("salvage");
+    assert!(report.journal_missing);
+    same_use(&to);
+}
+
+#[test]
 fn stale_bookkeeping_is_repaired_and_never_mints_an_existing_id() {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = scope("repo:acme/app");
@@ -860,7 +918,7 @@ fn a_format_1_store_opens_and_is_upgraded_in_place() {
         store.close().expect("close");
         records
     };
-    let store = EmbeddedStore::open(dir.path()).expect("reopens as format 2");
+    let store = EmbeddedStore::open(dir.path()).expect("reopens as the current format");
     assert!(store.check().expect("doctor").is_ok());
     let after = all_records(&store);
     for r in &before {
@@ -883,7 +941,113 @@ fn a_format_1_store_opens_and_is_upgraded_in_place() {
         .expect("meta");
     assert_eq!(
         meta.get("format").expect("read").as_deref(),
-        Some(&[2u8][..]),
-        "the store says format 2"
+        Some(&[3u8][..]),
+        "the store says format 3"
+    );
+}
+
+/// `(useCount, lastUsedAt)` of `id` in `records`.
+fn use_of(records: &[Record], id: &str) -> (u64, Option<i64>) {
+    let r = records
+        .iter()
+        .find(|r| r.id == id)
+        .unwrap_or_else(|| panic!("{id} is kept"));
+    (r.use_count, r.last_used_at)
+}
+
+#[test]
+fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
+    // Written by the build that rewrote a record on every use (format 2): two scopes, four
+    // retrieves, a dedup (repo:acme/app:0 used 3 times), a forget (org:acme:1).
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-format-2"),
+        dir.path(),
+    );
+    let app = scope("repo:acme/app");
+    let (used_first, used_since) = {
+        let store = EmbeddedStore::open(dir.path()).expect("a format 2 store opens");
+        assert!(store.check().expect("doctor").is_ok());
+        let records = all_records(&store);
+        assert_eq!(records.len(), 6);
+        let (count, at) = use_of(&records, "mem:repo:acme/app:0");
+        assert_eq!(count, 3);
+        assert_eq!(use_of(&records, "mem:repo:acme/app:3").0, 2);
+        assert_eq!(use_of(&records, "mem:org:acme:0").0, 1);
+        assert_eq!(use_of(&records, "mem:org:acme:1").0, 0);
+        // A use now is a usage entry; every read path sees it.
+        let hits = store
+            .retrieve(&app, "license check npm ci", 8)
+            .expect("retrieve");
+        let hit = hits
+            .iter()
+            .find(|r| r.id == "mem:repo:acme/app:0")
+            .expect("the lesson is found");
+        assert_eq!(hit.use_count, 4);
+        let got = store
+            .get("mem:repo:acme/app:0")
+            .expect("get")
+            .expect("held");
+        assert_eq!((got.use_count, got.last_used_at), (4, hit.last_used_at));
+        let listed = store
+            .list(&app, &lessons::ListQuery::window(24))
+            .expect("list");
+        assert_eq!(use_of(&listed, "mem:repo:acme/app:0").0, 4);
+        assert!(store.check().expect("doctor").is_ok());
+        store.close().expect("close");
+        (at, hit.last_used_at)
+    };
+    assert!(used_since >= used_first);
+    {
+        let raw = raw(dir.path());
+        let meta = raw
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        assert_eq!(
+            meta.get("format").expect("read").as_deref(),
+            Some(&[3u8][..]),
+            "the store says format 3"
+        );
+        let usage = raw
+            .keyspace("usage", fjall::KeyspaceCreateOptions::default)
+            .expect("usage");
+        assert_eq!(
+            usage.len().expect("count"),
+            2,
+            "the retrieve wrote a usage entry for each record it answered, not the records"
+        );
+    }
+    let store = EmbeddedStore::open(dir.path()).expect("reopens");
+    let records = all_records(&store);
+    assert_eq!(
+        use_of(&records, "mem:repo:acme/app:0"),
+        (4, used_since),
+        "the use survives a reopen"
+    );
+    assert_eq!(use_of(&records, "mem:repo:acme/app:3").0, 3);
+    // A write of the record folds its use in (one more, for the dedup) and drops the entry;
+    // a forget keeps the use in the retired copy.
+    let counts = store
+        .write(
+            &app,
+            &[fact("RUN npm ci before the LICENSE check")],
+            &WriteOptions::default(),
+        )
+        .expect("write");
+    assert_eq!(counts.deduped, 1, "{counts:?}");
+    assert!(store.forget(&app, "mem:repo:acme/app:3").expect("forget"));
+    let records = all_records(&store);
+    assert_eq!(use_of(&records, "mem:repo:acme/app:0").0, 5);
+    assert_eq!(use_of(&records, "mem:repo:acme/app:3").0, 3);
+    assert!(store.check().expect("doctor").is_ok());
+    store.close().expect("close");
+    let raw = raw(dir.path());
+    let usage = raw
+        .keyspace("usage", fjall::KeyspaceCreateOptions::default)
+        .expect("usage");
+    assert_eq!(
+        usage.len().expect("count"),
+        0,
+        "a record written or retired carries its use; no entry is left behind"
     );
 }

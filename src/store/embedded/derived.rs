@@ -107,10 +107,12 @@ impl Shared {
         if let Some(known) = held(&state.derived().search) {
             return Ok(known);
         }
+        let prefix = codec::scope_key_prefix(scope);
+        let usage = self.usage_overlay(self.ks.usage.prefix(&prefix))?;
         let mut records = Vec::new();
-        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
-            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
-            records.push(Arc::new(r));
+        for g in self.ks.active.prefix(&prefix) {
+            let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            records.push(Arc::new(usage.record(&k, &v, scope)?));
         }
         let search = ScopeSearch::of(records);
         let (next, out) = if search.bytes() <= self.scopes.search_limit() {
@@ -161,13 +163,29 @@ impl Shared {
             Some(seq) => Bound::Excluded(codec::active_key(scope, Kind::Fact, seq)),
             None => Bound::Included(prefix.clone()),
         };
-        let mut out = Vec::with_capacity(n);
-        for g in self.ks.active.range((start, Bound::Excluded(end))).take(n) {
+        let mut read = Vec::with_capacity(n);
+        for g in self
+            .ks
+            .active
+            .range((start.clone(), Bound::Excluded(end)))
+            .take(n)
+        {
             let (k, v) = g.into_inner().map_err(st("reading records"))?;
             if !k.starts_with(&prefix) {
                 break;
             }
-            out.push(Arc::new(codec::decode_record(&v, Some(scope))?));
+            read.push((k, v));
+        }
+        let Some((last, _)) = read.last() else {
+            return Ok(Vec::new());
+        };
+        // The usage of exactly the keys read; the caller holds the scope's lock, so it is
+        // the usage of these versions of the records.
+        let usage =
+            self.usage_overlay(self.ks.usage.range((start, Bound::Included(last.to_vec()))))?;
+        let mut out = Vec::with_capacity(read.len());
+        for (k, v) in read {
+            out.push(Arc::new(usage.record(&k, &v, scope)?));
         }
         Ok(out)
     }
@@ -184,8 +202,11 @@ impl Shared {
             return Ok(order.head(n));
         }
         let mut order = EvictionOrder::default();
-        for g in self.ks.active.prefix(codec::scope_key_prefix(scope)) {
-            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
+        let prefix = codec::scope_key_prefix(scope);
+        let usage = self.usage_overlay(self.ks.usage.prefix(&prefix))?;
+        for g in self.ks.active.prefix(&prefix) {
+            let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            let r = usage.record(&k, &v, scope)?;
             if let Some(seq) = r.seq() {
                 order.insert(lru_key(&r, seq));
             }

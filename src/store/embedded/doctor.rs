@@ -82,6 +82,40 @@ impl Shared {
         Ok(wanted)
     }
 
+    /// Usage entries (of `scope`, or of every scope) whose record is not active: every write
+    /// that retires or removes a record removes its entry in the same batch, so one is
+    /// bookkeeping left behind by damage, read by nothing, and removed by a repair.
+    fn orphan_usage(
+        &self,
+        snapshot: &fjall::Snapshot,
+        scope: Option<&ScopeKey>,
+    ) -> Result<Vec<(ScopeKey, u64)>> {
+        let entries: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
+            Some(s) => Box::new(snapshot.prefix(&self.ks.usage, codec::scope_key_prefix(s))),
+            None => Box::new(snapshot.iter(&self.ks.usage)),
+        };
+        let mut out = Vec::new();
+        for g in entries {
+            let k = g.key().map_err(st("reading records' use"))?;
+            let Some((scope, seq)) = codec::active_key_parts(&k)
+                .and_then(|(s, seq)| Some((std::str::from_utf8(s).ok()?, seq)))
+                .and_then(|(s, seq)| Some((ScopeKey::parse(s).ok()?, seq)))
+            else {
+                return Err(crate::error::Error::new(
+                    crate::error::ErrorKind::Damaged,
+                    "a usage entry's key is not a record's key",
+                ));
+            };
+            if fjall::Readable::get(snapshot, &self.ks.active, k.as_ref())
+                .map_err(st("reading a record"))?
+                .is_none()
+            {
+                out.push((scope, seq));
+            }
+        }
+        Ok(out)
+    }
+
     /// Dedup keys that disagree with the active records: (scope, the key's first listed or
     /// wanted record, what is wrong).
     pub(super) fn norm_problems(&self) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
@@ -201,6 +235,13 @@ impl Shared {
                 changed += 1;
             }
             changed += self.rewrite_dedup_keys(&mut batch, &scope)?;
+            let snapshot = self.db.snapshot();
+            for (_, seq) in self.orphan_usage(&snapshot, Some(&scope))? {
+                for kind in [crate::model::Kind::Fact, crate::model::Kind::Summary] {
+                    batch.remove(&self.ks.usage, codec::active_key(&scope, kind, seq));
+                }
+                changed += 1;
+            }
             let ticket = self.append(batch)?;
             self.wait_durable(ticket)?;
             // Everything derived from the scope is read again from its records on next need.
@@ -261,6 +302,15 @@ impl Shared {
             if !self.index.contains(&r.id)? {
                 push_first(&mut health.missing_from_index, r.id.clone());
             }
+        }
+        for (scope, seq) in self.orphan_usage(&snapshot, None)? {
+            push_first(
+                &mut health.problems,
+                format!(
+                    "a usage entry names {}, which is not an active record",
+                    scope.record_id(seq)
+                ),
+            );
         }
         for scope in self.all_scopes()? {
             let derived = self.derive_meta(&scope)?;
@@ -325,10 +375,12 @@ impl Shared {
         let day =
             |v: &[u8]| codec::decode::<super::super::DayCounters>(v, "a day's counters").map(drop);
         let outbox = |v: &[u8]| codec::decode::<Vec<String>>(v, "an outbox entry").map(drop);
+        let usage = |v: &[u8]| codec::decode_usage(v).map(drop);
         let any = |_: &[u8]| Ok(());
-        let checks: [(&str, &fjall::Keyspace, &Decoder); 8] = [
+        let checks: [(&str, &fjall::Keyspace, &Decoder); 9] = [
             ("records (active)", &self.ks.active, &record),
             ("records (retired)", &self.ks.retired, &record),
+            ("the records' use", &self.ks.usage, &usage),
             ("the dedup keys", &self.ks.norms, &any),
             ("the scopes' bookkeeping", &self.ks.scopes, &meta),
             ("the day counters", &self.ks.counters, &day),

@@ -70,10 +70,11 @@ struct Keyspaces {
     outbox: Keyspace,
     meta: Keyspace,
     decisions: Keyspace,
+    usage: Keyspace,
 }
 
 impl Keyspaces {
-    fn all(&self) -> [&Keyspace; 8] {
+    fn all(&self) -> [&Keyspace; 9] {
         [
             &self.active,
             &self.retired,
@@ -83,6 +84,7 @@ impl Keyspaces {
             &self.outbox,
             &self.meta,
             &self.decisions,
+            &self.usage,
         ]
     }
 }
@@ -201,12 +203,14 @@ fn open_records(dir: &Path, records: &Path, cache_bytes: u64) -> Result<(Databas
         outbox: open_ks("outbox")?,
         meta: open_ks("meta")?,
         decisions: open_ks("decisions")?,
+        usage: open_ks("usage")?,
     };
     Ok((db, ks))
 }
 
 /// Whether the store is format 1 (its dedup keys to be rebuilt); a new store is marked with
-/// the current format, an unknown one refused.
+/// the current format, a format 2 store too (it holds no usage entry yet, and the mark keeps
+/// older builds from opening it), an unknown one refused.
 fn needs_upgrade(ks: &Keyspaces, dir: &Path) -> Result<bool> {
     let format = ks
         .meta
@@ -216,8 +220,19 @@ fn needs_upgrade(ks: &Keyspaces, dir: &Path) -> Result<bool> {
         Some([codec::STORE_FORMAT]) => Ok(false),
         // Version 1 differs only in its dedup keys, which are derived.
         Some([1]) => Ok(true),
+        Some([2]) => {
+            log::info!(
+                "[store] upgrading {} to format {}: retrieves record use in its own keyspace",
+                dir.display(),
+                codec::STORE_FORMAT
+            );
+            ks.meta
+                .insert("format", [codec::STORE_FORMAT])
+                .map_err(st("writing the format version"))?;
+            Ok(false)
+        }
         Some(v) => Err(Error::format(format!(
-            "the store {} has format version {:?}; this build reads versions 1 and {}",
+            "the store {} has format version {:?}; this build reads versions 1 to {}",
             dir.display(),
             v,
             codec::STORE_FORMAT

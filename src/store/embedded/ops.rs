@@ -65,10 +65,14 @@ impl MemoryStore for EmbeddedStore {
         }
         let keep = |r: &Record| filter.keeps(r);
         let mut out = Vec::with_capacity(query.limit);
+        // Unlocked: every read below is of one snapshot, so each record comes with its own use.
+        let snap = s.db.snapshot();
         if let Some(kind) = query.kind {
-            for g in s.ks.active.prefix(codec::active_prefix(scope, kind)) {
-                let v = g.value().map_err(st("reading records"))?;
-                let r = codec::decode_record(&v, Some(scope))?;
+            let prefix = codec::active_prefix(scope, kind);
+            let usage = s.usage_overlay(snap.prefix(&s.ks.usage, &prefix))?;
+            for g in snap.prefix(&s.ks.active, &prefix) {
+                let (k, v) = g.into_inner().map_err(st("reading records"))?;
+                let r = usage.record(&k, &v, scope)?;
                 if keep(&r) {
                     out.push(r);
                     if out.len() == query.limit {
@@ -79,7 +83,7 @@ impl MemoryStore for EmbeddedStore {
             return Ok(out);
         }
         // Both kinds, newest first: merge two newest-first scans of one consistent snapshot.
-        let snap = s.db.snapshot();
+        let usage = s.usage_overlay(snap.prefix(&s.ks.usage, codec::scope_key_prefix(scope)))?;
         let mut facts = snap
             .prefix(&s.ks.active, codec::active_prefix(scope, Kind::Fact))
             .peekable();
@@ -91,18 +95,14 @@ impl MemoryStore for EmbeddedStore {
         while out.len() < query.limit {
             if next_fact.is_none() {
                 if let Some(g) = facts.next() {
-                    next_fact = Some(codec::decode_record(
-                        &g.value().map_err(st("reading records"))?,
-                        Some(scope),
-                    )?);
+                    let (k, v) = g.into_inner().map_err(st("reading records"))?;
+                    next_fact = Some(usage.record(&k, &v, scope)?);
                 }
             }
             if next_sum.is_none() {
                 if let Some(g) = sums.next() {
-                    next_sum = Some(codec::decode_record(
-                        &g.value().map_err(st("reading records"))?,
-                        Some(scope),
-                    )?);
+                    let (k, v) = g.into_inner().map_err(st("reading records"))?;
+                    next_sum = Some(usage.record(&k, &v, scope)?);
                 }
             }
             let take_fact = match (&next_fact, &next_sum) {
@@ -190,8 +190,13 @@ impl MemoryStore for EmbeddedStore {
         let state = s.scopes.get(scope);
         let guard = state.write.lock();
         let mut marked = Vec::new();
-        for g in s.ks.active.prefix(codec::active_prefix(scope, Kind::Fact)) {
-            let r = codec::decode_record(&g.value().map_err(st("reading records"))?, Some(scope))?;
+        let prefix = codec::active_prefix(scope, Kind::Fact);
+        // Under the scope's lock: the usage read live matches the records (a swept record
+        // keeps its use in its retired copy).
+        let usage = s.usage_overlay(s.ks.usage.prefix(&prefix))?;
+        for g in s.ks.active.prefix(&prefix) {
+            let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            let r = usage.record(&k, &v, scope)?;
             if crate::gate::is_status(&r.text) {
                 marked.push(r);
             }
@@ -246,13 +251,16 @@ impl MemoryStore for EmbeddedStore {
         for scope in self.scopes()? {
             let prefix = codec::scope_key_prefix(&scope);
             let mut records = Vec::new();
-            for ks in [&s.ks.active, &s.ks.retired] {
-                for g in snap.prefix(ks, &prefix) {
-                    records.push(codec::decode_record(
-                        &g.value().map_err(st("reading records"))?,
-                        Some(&scope),
-                    )?);
-                }
+            let usage = s.usage_overlay(snap.prefix(&s.ks.usage, &prefix))?;
+            for g in snap.prefix(&s.ks.active, &prefix) {
+                let (k, v) = g.into_inner().map_err(st("reading records"))?;
+                records.push(usage.record(&k, &v, &scope)?);
+            }
+            for g in snap.prefix(&s.ks.retired, &prefix) {
+                records.push(codec::decode_record(
+                    &g.value().map_err(st("reading records"))?,
+                    Some(&scope),
+                )?);
             }
             records.sort_by_key(|r| r.seq());
             for r in records {

@@ -103,29 +103,63 @@ impl Shared {
         Ok(out)
     }
 
-    /// The active record `seq` of `scope`, whichever its kind.
+    /// The active record `seq` of `scope`, whichever its kind, with its use. Read live: the
+    /// caller holds the scope's write lock, so the record and its usage entry cannot change
+    /// between the two reads (an unlocked reader uses `load_active_at`).
     pub(super) fn load_active(&self, scope: &ScopeKey, seq: u64) -> Result<Option<Record>> {
+        self.load_active_from(None, scope, seq)
+    }
+
+    /// `load_active` from one snapshot: consistent without the scope's lock.
+    pub(super) fn load_active_at(
+        &self,
+        snapshot: &fjall::Snapshot,
+        scope: &ScopeKey,
+        seq: u64,
+    ) -> Result<Option<Record>> {
+        self.load_active_from(Some(snapshot), scope, seq)
+    }
+
+    fn load_active_from(
+        &self,
+        snapshot: Option<&fjall::Snapshot>,
+        scope: &ScopeKey,
+        seq: u64,
+    ) -> Result<Option<Record>> {
+        let get = |ks: &fjall::Keyspace, key: &[u8]| match snapshot {
+            Some(snap) => fjall::Readable::get(snap, ks, key),
+            None => ks.get(key),
+        };
         for kind in [Kind::Fact, Kind::Summary] {
-            if let Some(v) = self
-                .ks
-                .active
-                .get(codec::active_key(scope, kind, seq))
-                .map_err(st("reading a record"))?
-            {
-                return codec::decode_record(&v, Some(scope)).map(Some);
+            let key = codec::active_key(scope, kind, seq);
+            if let Some(v) = get(&self.ks.active, &key).map_err(st("reading a record"))? {
+                let mut r = codec::decode_record(&v, Some(scope))?;
+                if let Some(u) = get(&self.ks.usage, &key).map_err(st("reading a record's use"))? {
+                    codec::decode_usage(&u)?.apply(&mut r);
+                }
+                return Ok(Some(r));
             }
         }
         Ok(None)
     }
 
+    /// The usage entries over a range of `usage` keys, for a scan of the same `active` range.
+    pub(super) fn usage_overlay(&self, entries: fjall::Iter) -> Result<UsageOverlay> {
+        let mut out = Vec::new();
+        for g in entries {
+            let (k, v) = g.into_inner().map_err(st("reading records' use"))?;
+            out.push((k, codec::decode_usage(&v)?));
+        }
+        Ok(UsageOverlay(out))
+    }
+
+    /// Any record of `scope` by sequence number, from one snapshot (an unlocked read).
     pub(super) fn load_any(&self, scope: &ScopeKey, seq: u64) -> Result<Option<Record>> {
-        if let Some(r) = self.load_active(scope, seq)? {
+        let snapshot = self.db.snapshot();
+        if let Some(r) = self.load_active_at(&snapshot, scope, seq)? {
             return Ok(Some(r));
         }
-        match self
-            .ks
-            .retired
-            .get(codec::retired_key(scope, seq))
+        match fjall::Readable::get(&snapshot, &self.ks.retired, codec::retired_key(scope, seq))
             .map_err(st("reading a record"))?
         {
             Some(v) => codec::decode_record(&v, Some(scope)).map(Some),
@@ -219,8 +253,12 @@ impl Shared {
     /// remove; `kept` (its retired status, plus any bump of the same write) is what stays.
     pub(super) fn retire(&self, tx: &mut Tx, old: &Record, kept: &Record, seq: u64) -> Result<()> {
         let scope = &old.scope_key;
-        tx.batch
-            .remove(&self.ks.active, codec::active_key(scope, old.kind, seq));
+        let key = codec::active_key(scope, old.kind, seq);
+        if old.last_used_at.is_some() {
+            // `kept` carries the use: the entry goes with the record.
+            tx.batch.remove(&self.ks.usage, key.clone());
+        }
+        tx.batch.remove(&self.ks.active, key);
         if old.dedup_key {
             self.edit_dedup_key(
                 tx,
@@ -271,7 +309,8 @@ impl Shared {
         Ok(())
     }
 
-    /// Rewrites an active record whose counts or times changed.
+    /// Rewrites an active record whose counts or times changed: `new` was built from the
+    /// record as read (its use included), so its usage entry is folded in and removed.
     pub(super) fn update_active(
         &self,
         tx: &mut Tx,
@@ -280,11 +319,13 @@ impl Shared {
         seq: u64,
     ) -> Result<()> {
         let scope = &new.scope_key;
-        tx.batch.insert(
-            &self.ks.active,
-            codec::active_key(scope, new.kind, seq),
-            codec::encode_record(new, seq)?,
-        );
+        let key = codec::active_key(scope, new.kind, seq);
+        if old.last_used_at.is_some() {
+            // Only a record used before can have a usage entry.
+            tx.batch.remove(&self.ks.usage, key.clone());
+        }
+        tx.batch
+            .insert(&self.ks.active, key, codec::encode_record(new, seq)?);
         tx.changes.push(Change {
             seq,
             old: Some(Old {
@@ -296,6 +337,51 @@ impl Shared {
             new: Some(Arc::new(new.clone())),
         });
         Ok(())
+    }
+}
+
+impl Shared {
+    /// Records a retrieve's use of an active record (`new` is `old`, used once more): a small
+    /// usage entry, not the record rewritten. The text and everything derived from it stay.
+    pub(super) fn bump_active(&self, tx: &mut Tx, old: &Record, new: Arc<Record>, seq: u64) {
+        if let Some(u) = codec::Usage::of(&new) {
+            tx.batch.insert(
+                &self.ks.usage,
+                codec::active_key(&new.scope_key, new.kind, seq),
+                codec::encode_usage(u),
+            );
+        }
+        tx.changes.push(Change {
+            seq,
+            old: Some(Old {
+                kind: old.kind,
+                lru: lru_key(old, seq),
+                fts: None,
+            }),
+            new: Some(new),
+        });
+    }
+}
+
+/// A scope's usage entries over one range of keys, in key order: what a scan of the same
+/// range of `active` overlays on the records it decodes. Read under the scope's lock or from
+/// the scan's snapshot, so each entry belongs to the record version the scan reads.
+pub(super) struct UsageOverlay(Vec<(fjall::UserKey, codec::Usage)>);
+
+impl UsageOverlay {
+    /// `r` (read at `key` in `active`) with its use.
+    pub(super) fn apply(&self, key: &[u8], r: &mut Record) {
+        let found = self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key));
+        if let Some((_, u)) = found.ok().and_then(|at| self.0.get(at)) {
+            u.apply(r);
+        }
+    }
+
+    /// `decode_record` of a scanned `active` entry, with its use.
+    pub(super) fn record(&self, key: &[u8], value: &[u8], scope: &ScopeKey) -> Result<Record> {
+        let mut r = codec::decode_record(value, Some(scope))?;
+        self.apply(key, &mut r);
+        Ok(r)
     }
 }
 

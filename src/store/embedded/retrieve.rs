@@ -145,11 +145,13 @@ impl Shared {
         let pool = crate::fts::pool_size(limit);
         crate::fts::order_pool(&mut scored, usize::MAX);
         let mut candidates = Vec::with_capacity(pool.min(scored.len()));
+        // Unlocked: one snapshot, so each record is read with its own use.
+        let snapshot = self.db.snapshot();
         for (_, seq) in scored {
             if candidates.len() == pool {
                 break;
             }
-            if let Some(r) = self.load_active(scope, seq)? {
+            if let Some(r) = self.load_active_at(&snapshot, scope, seq)? {
                 candidates.push(r);
             }
         }
@@ -173,7 +175,10 @@ impl Shared {
             _ => None,
         };
         // Usage bumps are not worth an fsync each (nobody waits on this batch's ticket): they
-        // survive a process crash, and a power loss costs at most the last bumps.
+        // survive a process crash, and a power loss costs at most the last bumps. Each is a
+        // small usage entry, not the record rewritten: a retrieve writes ~200 bytes, not eight
+        // records, so the records' memtable fills (and flushes, which stalls its writers)
+        // at the pace of writes, not of reads.
         let mut tx = self.tx(state);
         let mut out = Vec::with_capacity(ranked.len());
         let mut unbumped = Vec::with_capacity(ranked.len());
@@ -189,7 +194,8 @@ impl Shared {
             let mut new = Record::clone(&old);
             new.use_count += 1;
             new.last_used_at = Some(now);
-            self.update_active(&mut tx, &old, &new, seq)?;
+            let new = Arc::new(new);
+            self.bump_active(&mut tx, &old, Arc::clone(&new), seq);
             out.push(new);
             unbumped.push(old);
         }
@@ -199,8 +205,8 @@ impl Shared {
             Ok(_unwaited) => {}
             Err(e) => {
                 log::warn!("[store] {scope}: retrieve answered without recording its use: {e}");
-                for (r, bumped) in out.iter_mut().zip(&unbumped) {
-                    *r = Record::clone(bumped);
+                for (r, unused) in out.iter_mut().zip(&unbumped) {
+                    *r = Arc::clone(unused);
                 }
             }
         }
@@ -208,7 +214,8 @@ impl Shared {
             .into_iter()
             .zip(unbumped)
             .map(|(record, old)| Retrieved {
-                record,
+                // The derived state shares the bumped record until the next change to it.
+                record: Arc::unwrap_or_clone(record),
                 first_use: old.last_used_at.is_none(),
             })
             .collect())
