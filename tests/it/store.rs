@@ -862,6 +862,96 @@ fn concurrent_writers_to_one_scope_lose_no_bump_and_mint_no_id_twice() {
 }
 
 #[test]
+fn concurrent_retrieves_and_writes_of_one_record_lose_no_use() {
+    // A retrieve records its use apart from the record; a dedup or restate rewrites the record
+    // and folds that use in. Racing both on one record, every use must be counted once, and
+    // forgets racing them must leave no use behind their records.
+    let dir = tempfile::tempdir().expect("dir");
+    let repo = scope("repo:acme/app");
+    let expected = {
+        let store = Arc::new(
+            EmbeddedStore::builder()
+                .durability(Durability::Buffered)
+                .open(dir.path())
+                .expect("open"),
+        );
+        store
+            .write(
+                &repo,
+                &[Candidate::fact("the shared lesson about flaky builds", "t")],
+                &opts(),
+            )
+            .expect("seed");
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                let repo = repo.clone();
+                std::thread::spawn(move || {
+                    let mut hits = 0u64;
+                    let mut bumps = 0u64;
+                    for i in 0..30 {
+                        if t % 2 == 0 {
+                            let answer = store
+                                .retrieve(&repo, "shared flaky builds lesson", 3)
+                                .expect("retrieve");
+                            hits += answer
+                                .iter()
+                                .filter(|r| r.id == "mem:repo:acme/app:0")
+                                .count() as u64;
+                        } else {
+                            let own = format!("thread {t} note {i} about flaky builds");
+                            let cs = [
+                                Candidate::fact(own.clone(), "t"),
+                                Candidate::fact("x", "t").restating("mem:repo:acme/app:0"),
+                            ];
+                            store
+                                .write(&repo, &cs, &WriteOptions::default())
+                                .expect("write");
+                            bumps += 1;
+                            // Forget a record that retrieves may be bumping right now.
+                            let list = store.list(&repo, &ListQuery::window(24)).expect("list");
+                            if let Some(r) = list.iter().find(|r| r.text == own) {
+                                assert!(store.forget(&repo, &r.id).expect("forget"));
+                            }
+                        }
+                    }
+                    hits + bumps
+                })
+            })
+            .collect();
+        let uses: u64 = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+        let shared = store
+            .get("mem:repo:acme/app:0")
+            .expect("get")
+            .expect("exists");
+        assert_eq!(
+            shared.use_count, uses,
+            "every retrieve and restate counted once"
+        );
+        assert!(store.check().expect("check").is_ok(), "no use left behind");
+        uses
+    };
+    let store = EmbeddedStore::open(dir.path()).expect("reopen");
+    let shared = store
+        .get("mem:repo:acme/app:0")
+        .expect("get")
+        .expect("exists");
+    assert_eq!(shared.use_count, expected, "the uses survive a reopen");
+    let mut forgotten = 0;
+    store
+        .export(&mut |r| {
+            if r.status == lessons::Status::Forgotten {
+                forgotten += 1;
+                assert!(r.use_count <= 30, "{r:?}");
+            }
+            Ok(())
+        })
+        .expect("export");
+    assert_eq!(forgotten, 3 * 30);
+    assert!(store.check().expect("check").is_ok());
+}
+
+#[test]
 fn a_write_is_retrievable_the_moment_it_returns_while_the_indexer_commits() {
     // The indexer commits after every operation, so retrieves race its reloads constantly.
     let dir = tempfile::tempdir().expect("dir");
