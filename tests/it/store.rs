@@ -942,7 +942,8 @@ fn concurrent_retrieves_and_writes_of_one_record_lose_no_use() {
         .export(&mut |r| {
             if r.status == lessons::Status::Forgotten {
                 forgotten += 1;
-                assert!(r.use_count <= 30, "{r:?}");
+                // Only retrieves use a note: three threads, thirty each.
+                assert!(r.use_count <= 3 * 30, "{r:?}");
             }
             Ok(())
         })
