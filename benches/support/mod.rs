@@ -325,7 +325,7 @@ impl SqliteScope {
                 id: scope.record_id(seq as u64),
                 scope_key: scope.clone(),
                 kind: Kind::Fact,
-                keywords: tokenize(text),
+                keywords: tokenize(text).into(),
                 text: text.clone(),
                 source_thread_key: "bench".into(),
                 source_run_id: None,

@@ -222,7 +222,7 @@ impl ValidCandidate {
             scope_key: scope.clone(),
             kind: self.kind,
             text: self.text.clone(),
-            keywords: self.keywords.clone(),
+            keywords: self.keywords.as_slice().into(),
             source_thread_key: self.source_thread_key.clone(),
             source_run_id: self.source_run_id.clone(),
             provenance,

@@ -14,6 +14,7 @@ mod scope;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -113,9 +114,11 @@ pub struct Record {
     pub text: String,
     /// The keywords as the writer sent them (case, order and repeats kept), or the text's tokens
     /// (repeats kept) when it sent none, as the reference Worker stores them: the bot's content
-    /// hash covers them. Matching always uses the text's tokens and these.
+    /// hash covers them. Matching always uses the text's tokens and these. Shared: a text's
+    /// tokens are dozens of strings, and a copy of the record (a `list`, a retrieve's answer)
+    /// copies a pointer instead.
     #[serde(default)]
-    pub keywords: Vec<String>,
+    pub keywords: Arc<[String]>,
     /// Provenance: the thread.
     pub source_thread_key: String,
     /// Provenance: the run.
@@ -346,7 +349,7 @@ impl Record {
         }
         // An export shows a record without keywords with its text's tokens, which may be longer
         // than a writer's keyword may be: those must import again, or a backup cannot be restored.
-        if self.keywords != default_keywords(&self.text) {
+        if *self.keywords != *default_keywords(&self.text) {
             check_keywords(&self.keywords)?;
         }
         if let Some(p) = &self.provenance {
@@ -504,7 +507,7 @@ mod tests {
             scope_key: ScopeKey::parse("org:a").expect("valid"),
             kind: Kind::Fact,
             text: "t".into(),
-            keywords: vec![],
+            keywords: Default::default(),
             source_thread_key: "th".into(),
             source_run_id: None,
             provenance: None,
@@ -525,7 +528,7 @@ mod tests {
             "stored keywords, shown as stored: {json}"
         );
         let mut r = r;
-        r.keywords = vec!["license".into()];
+        r.keywords = vec!["license".into()].into();
         let json = serde_json::to_string(&r).expect("serializes");
         assert!(json.contains("\"keywords\":[\"license\"]"), "{json}");
     }

@@ -489,7 +489,7 @@ fn big_record(scope: &str, seq: u64) -> Record {
         scope_key: ScopeKey::parse(scope).expect("scope"),
         kind: Kind::Fact,
         text: format!("lesson {seq}: {}", "z".repeat(3900)),
-        keywords: Vec::new(),
+        keywords: Default::default(),
         source_thread_key: "t".to_owned(),
         source_run_id: None,
         provenance: None,

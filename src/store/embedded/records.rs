@@ -200,7 +200,7 @@ impl Shared {
             id: r.id.clone(),
             scope: r.scope_key.as_str().to_owned(),
             text: r.text.clone(),
-            keywords: r.keywords.clone(),
+            keywords: r.keywords.to_vec(),
         }
     }
 

@@ -218,7 +218,7 @@ impl ScopeSearch {
         let words = &mut self.words;
         let mut add = |t: &str| rank.push(words.intern(t));
         crate::text::for_each_token(&record.text, &mut add);
-        for k in &record.keywords {
+        for k in record.keywords.iter() {
             crate::text::for_each_token(k, &mut add);
         }
         rank.sort_unstable();
@@ -524,7 +524,7 @@ mod tests {
                 let want = crate::fts::pool(
                     records
                         .iter()
-                        .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), r.keywords.as_slice())),
+                        .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), &r.keywords[..])),
                     &terms,
                     size,
                 );
