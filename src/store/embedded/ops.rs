@@ -288,7 +288,7 @@ impl MemoryStore for EmbeddedStore {
             let mut tx = s.tx(&state);
             let mut ops = Vec::new();
             for (seq, r) in list {
-                if s.load_any(scope, seq)?.is_some() {
+                if s.holds(scope, seq)? {
                     report.skipped += 1;
                     continue;
                 }
@@ -477,7 +477,7 @@ impl Shared {
             };
             // The bookkeeping was checked against the records, so this cannot fire unless the
             // store changed under us; a write must never replace a record, whatever happened.
-            if s.load_any(scope, insert.seq)?.is_some() {
+            if s.holds(scope, insert.seq)? {
                 return Err(Error::new(
                     ErrorKind::Damaged,
                     format!(

@@ -153,6 +153,26 @@ impl Shared {
         Ok(UsageOverlay(out))
     }
 
+    /// Whether `scope` holds record `seq`, active or retired (the caller holds the scope's
+    /// write lock). Existence does not depend on a record's use, so nothing is decoded and no
+    /// snapshot is taken: a write checks every id it mints with this.
+    pub(super) fn holds(&self, scope: &ScopeKey, seq: u64) -> Result<bool> {
+        for kind in [Kind::Fact, Kind::Summary] {
+            if self
+                .ks
+                .active
+                .contains_key(codec::active_key(scope, kind, seq))
+                .map_err(st("reading a record"))?
+            {
+                return Ok(true);
+            }
+        }
+        self.ks
+            .retired
+            .contains_key(codec::retired_key(scope, seq))
+            .map_err(st("reading a record"))
+    }
+
     /// Any record of `scope` by sequence number, from one snapshot (an unlocked read).
     pub(super) fn load_any(&self, scope: &ScopeKey, seq: u64) -> Result<Option<Record>> {
         let snapshot = self.db.snapshot();
@@ -326,16 +346,8 @@ impl Shared {
         }
         tx.batch
             .insert(&self.ks.active, key, codec::encode_record(new, seq)?);
-        tx.changes.push(Change {
-            seq,
-            old: Some(Old {
-                kind: old.kind,
-                lru: lru_key(old, seq),
-                // The text does not change: the FTS totals are untouched.
-                fts: None,
-            }),
-            new: Some(Arc::new(new.clone())),
-        });
+        tx.changes
+            .push(changed_in_place(old, Arc::new(new.clone()), seq));
         Ok(())
     }
 }
@@ -351,15 +363,21 @@ impl Shared {
                 codec::encode_usage(u),
             );
         }
-        tx.changes.push(Change {
-            seq,
-            old: Some(Old {
-                kind: old.kind,
-                lru: lru_key(old, seq),
-                fts: None,
-            }),
-            new: Some(new),
-        });
+        tx.changes.push(changed_in_place(old, new, seq));
+    }
+}
+
+/// The change of an active record that stays active with the same text (its counts, times or
+/// provenance changed): the FTS totals are untouched, the eviction order moves it.
+fn changed_in_place(old: &Record, new: Arc<Record>, seq: u64) -> Change {
+    Change {
+        seq,
+        old: Some(Old {
+            kind: old.kind,
+            lru: lru_key(old, seq),
+            fts: None,
+        }),
+        new: Some(new),
     }
 }
 
