@@ -877,16 +877,41 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// A store written by an earlier build (`tests/data/<name>`), copied where it may be changed.
+fn fixture_store(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name),
+        dir.path(),
+    );
+    dir
+}
+
+/// The format version a closed store's records say, read with fjall itself.
+fn stored_format(dir: &Path) -> Option<Vec<u8>> {
+    let meta = raw(dir)
+        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+        .expect("meta");
+    meta.get("format").expect("read").map(|v| v.to_vec())
+}
+
+/// How many usage entries a closed store holds, read with fjall itself.
+fn usage_entries(dir: &Path) -> usize {
+    raw(dir)
+        .keyspace("usage", fjall::KeyspaceCreateOptions::default)
+        .expect("usage")
+        .len()
+        .expect("count")
+}
+
 #[test]
 fn a_format_1_store_opens_and_is_upgraded_in_place() {
     // Written by the build before dedup keys became one per normalized text (format 1): two
     // scopes, a dedup, two supersedes, a sweep, a retrieve, and two active records with the
     // same text in org:acme.
-    let dir = tempfile::tempdir().expect("tempdir");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-format-1"),
-        dir.path(),
-    );
+    let dir = fixture_store("store-format-1");
     let before: Vec<Record> = {
         let store = EmbeddedStore::open(dir.path()).expect("a format 1 store opens");
         let health = store.check().expect("doctor");
@@ -935,13 +960,9 @@ fn a_format_1_store_opens_and_is_upgraded_in_place() {
         .expect("mem:org:acme:1");
     assert_eq!(bumped.use_count, 2);
     drop(store);
-    let raw = raw(dir.path());
-    let meta = raw
-        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
-        .expect("meta");
     assert_eq!(
-        meta.get("format").expect("read").as_deref(),
-        Some(&[3u8][..]),
+        stored_format(dir.path()),
+        Some(vec![3]),
         "the store says format 3"
     );
 }
@@ -959,11 +980,7 @@ fn use_of(records: &[Record], id: &str) -> (u64, Option<i64>) {
 fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
     // Written by the build that rewrote a record on every use (format 2): two scopes, four
     // retrieves, a dedup (repo:acme/app:0 used 3 times), a forget (org:acme:1).
-    let dir = tempfile::tempdir().expect("tempdir");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-format-2"),
-        dir.path(),
-    );
+    let dir = fixture_store("store-format-2");
     let app = scope("repo:acme/app");
     let (used_first, used_since) = {
         let store = EmbeddedStore::open(dir.path()).expect("a format 2 store opens");
@@ -998,25 +1015,16 @@ fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
         (at, hit.last_used_at)
     };
     assert!(used_since >= used_first);
-    {
-        let raw = raw(dir.path());
-        let meta = raw
-            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
-            .expect("meta");
-        assert_eq!(
-            meta.get("format").expect("read").as_deref(),
-            Some(&[3u8][..]),
-            "the store says format 3"
-        );
-        let usage = raw
-            .keyspace("usage", fjall::KeyspaceCreateOptions::default)
-            .expect("usage");
-        assert_eq!(
-            usage.len().expect("count"),
-            2,
-            "the retrieve wrote a usage entry for each record it answered, not the records"
-        );
-    }
+    assert_eq!(
+        stored_format(dir.path()),
+        Some(vec![3]),
+        "the store says format 3"
+    );
+    assert_eq!(
+        usage_entries(dir.path()),
+        2,
+        "the retrieve wrote a usage entry for each record it answered, not the records"
+    );
     let store = EmbeddedStore::open(dir.path()).expect("reopens");
     let records = all_records(&store);
     assert_eq!(
@@ -1041,12 +1049,8 @@ fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
     assert_eq!(use_of(&records, "mem:repo:acme/app:3").0, 3);
     assert!(store.check().expect("doctor").is_ok());
     store.close().expect("close");
-    let raw = raw(dir.path());
-    let usage = raw
-        .keyspace("usage", fjall::KeyspaceCreateOptions::default)
-        .expect("usage");
     assert_eq!(
-        usage.len().expect("count"),
+        usage_entries(dir.path()),
         0,
         "a record written or retired carries its use; no entry is left behind"
     );
