@@ -327,6 +327,39 @@ pub fn check_before_open(store: &Path, records: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Empties every journal of a records directory, keeping the files. fjall replays its whole
+/// active journal at every open and starts a new one only once it passes 64,000,000 bytes, so
+/// without this an open reads back everything written since: up to 64 MB.
+///
+/// The caller guarantees that every batch in the journals is also in tables (every memtable
+/// flushed) and that no write can start before fjall is dropped. The directory is then in the
+/// state fjall's own rotation leaves once the old journal is flushed and deleted: one empty
+/// active journal, everything in tables. On such a journal fjall takes its next sequence number
+/// from the tables (a *missing* journal would make it start again at zero). A crash at any point
+/// leaves either a full journal whose batches are all in tables, replayed as skips, or an empty
+/// one. Returns the bytes the next open no longer reads.
+pub fn empty_flushed(records: &Path) -> Result<u64> {
+    let mut emptied = 0;
+    for (_, path) in journal_files(records)? {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(format!("reading the size of {}", path.display()), e))?
+            .len();
+        if len == 0 {
+            continue;
+        }
+        file.set_len(0)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| Error::io(format!("emptying {}", path.display()), e))?;
+        emptied += len;
+    }
+    Ok(emptied)
+}
+
 /// fjall writes its version marker last when it creates a database, so a `records/` directory
 /// without a whole marker is a creation that was cut short (a crash during the first open). No
 /// write can have been acknowledged in it, so it is removed and created again, but only when it

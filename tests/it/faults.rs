@@ -163,7 +163,8 @@ fn a_flipped_byte_in_the_journal_is_refused_not_replayed() {
     {
         let store = EmbeddedStore::open(dir.path()).expect("open");
         write_facts(&store, &s, 0, 20);
-        store.close().expect("close");
+        // A crash: a clean close would have emptied the journal into tables.
+        store.close_as_crash();
     }
     let journal = journal_of(dir.path());
     let mut bytes = std::fs::read(&journal).expect("read journal");
@@ -379,7 +380,9 @@ fn a_damaged_table_gives_a_plain_error_and_salvage_reads_around_it() {
     {
         let store = EmbeddedStore::open(dir.path()).expect("open");
         write_facts(&store, &s, 0, 40);
-        store.close().expect("close");
+        // A crash leaves the records in the journal (a clean close would have emptied it into
+        // tables); fjall then flushes them into tables too, as a running store does.
+        store.close_as_crash();
     }
     {
         let db = raw(dir.path());
@@ -714,6 +717,85 @@ fn cutting_the_last_batch_after_a_crash_is_caught_by_the_index() {
     assert!(store
         .write(&s, &[fact("after the cut")], &WriteOptions::default())
         .is_err());
+}
+
+/// The journal's length on disk, zeros fjall preallocates included.
+fn journal_len(dir: &Path) -> u64 {
+    std::fs::metadata(journal_of(dir)).expect("journal").len()
+}
+
+#[test]
+fn a_clean_close_empties_the_journal_and_later_writes_still_sort_over_the_tables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = scope("repo:a/b");
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        write_facts(&store, &s, 0, 30);
+        store.close().expect("close");
+    }
+    assert_eq!(
+        journal_len(dir.path()),
+        0,
+        "a clean close leaves nothing to replay"
+    );
+    // Later writes must take sequence numbers above every item in the tables: one below would
+    // hide new records from reads, and let a forget or a restatement sort under what it
+    // replaces. A crash leaves them only in the journal, so the next open replays them.
+    let forgotten = "mem:repo:a/b:3";
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("reopen");
+        assert_eq!(all_records(&store).len(), 30);
+        assert!(store.forget(&s, forgotten).expect("forget"));
+        let again = store
+            .write(
+                &s,
+                &[fact(
+                    "lesson 7: run the schema check before the migration 7",
+                )],
+                &WriteOptions::default(),
+            )
+            .expect("restate");
+        assert_eq!((again.inserted, again.deduped), (0, 1), "{again:?}");
+        assert_eq!(
+            store
+                .retrieve(&s, "schema check migration 9", 3)
+                .expect("retrieve")
+                .len(),
+            3
+        );
+        write_facts(&store, &s, 30, 5);
+        store.close_as_crash();
+    }
+    assert!(
+        journal_len(dir.path()) > 0,
+        "a crash leaves the journal to replay"
+    );
+    for generation in 0..2 {
+        let store = EmbeddedStore::open(dir.path()).expect("open after the crash");
+        let records = all_records(&store);
+        let active: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.status == lessons::Status::Active)
+            .collect();
+        assert_eq!(active.len(), 34 + generation, "generation {generation}");
+        assert!(
+            active.iter().all(|r| r.id != forgotten),
+            "generation {generation}"
+        );
+        let restated = store.get("mem:repo:a/b:7").expect("get").expect("kept");
+        assert!(restated.use_count >= 1, "{restated:?}");
+        assert!(active.iter().filter(|r| r.use_count > 0).count() >= 3);
+        assert!(
+            store.check().expect("doctor").is_ok(),
+            "generation {generation}"
+        );
+        assert_eq!(
+            next_id(&store, &s),
+            format!("mem:repo:a/b:{}", 35 + generation)
+        );
+        store.close().expect("close");
+        assert_eq!(journal_len(dir.path()), 0);
+    }
 }
 
 #[test]

@@ -475,8 +475,16 @@ impl EmbeddedStore {
             log::warn!(
                 "[store] a write failed at the disk: records stay in the journal, which the next open replays"
             );
-        } else {
-            flush_memtables(s);
+        } else if flush_memtables(s) {
+            // Every batch is now in tables, and no write can start: the journal is spent.
+            s.db.persist(PersistMode::SyncAll)
+                .map_err(st("persisting the journal"))?;
+            match super::journal::empty_flushed(&s.dir.join("records")) {
+                Ok(bytes) => log::debug!("[store] emptied {bytes} bytes of spent journal at close"),
+                Err(e) => log::warn!(
+                    "[store] the spent journal was not emptied ({e}); the next open replays it"
+                ),
+            }
         }
         s.db.persist(PersistMode::SyncAll)
             .map_err(st("persisting the journal"))?;
@@ -509,15 +517,16 @@ impl Drop for EmbeddedStore {
 /// Moves every keyspace's memtable into a table, waiting at most a few seconds: a flush that
 /// cannot finish (the disk filled since the last write) must not hold a close forever, and
 /// what it did not flush the journal still holds. (fjall's own `rotate_memtable_and_wait`
-/// waits without a bound.)
-fn flush_memtables(shared: &Shared) {
+/// waits without a bound.) True when every record is in tables: no keyspace has a sealed
+/// memtable left, and none has anything in its active one (a rotation finds nothing to seal).
+fn flush_memtables(shared: &Shared) -> bool {
     for ks in shared.ks.all() {
         if let Err(e) = ks.rotate_memtable() {
             log::warn!(
                 "[store] records were left in the journal at close: {}",
                 crate::error::describe_fjall(&e)
             );
-            return;
+            return false;
         }
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -531,10 +540,26 @@ fn flush_memtables(shared: &Shared) {
             log::warn!(
                 "[store] moving the records into tables did not finish in 10 s; the journal keeps them"
             );
-            return;
+            return false;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    // No write runs at close, so this only confirms that every active memtable is empty.
+    let empty = shared
+        .ks
+        .all()
+        .iter()
+        .all(|ks| matches!(ks.rotate_memtable(), Ok(false)) && ks.sealed_memtable_count() == 0);
+    // fjall's count of memtable bytes also covers any keyspace the store does not name; a
+    // flush worker lowers it just after it retires the memtable it flushed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while empty && shared.db.write_buffer_size() > 0 {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    empty
 }
 
 /// An open that failed in the engines may have failed for the disk: tantivy reports a full disk
