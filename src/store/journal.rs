@@ -341,10 +341,12 @@ pub fn check_before_open(store: &Path, records: &Path) -> Result<()> {
 pub fn empty_flushed(records: &Path) -> Result<u64> {
     let mut emptied = 0;
     for (_, path) in journal_files(records)? {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let file = match std::fs::OpenOptions::new().write(true).open(&path) {
+            Ok(f) => f,
+            // fjall deletes a sealed journal once its batches are flushed, possibly just now.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
         let len = file
             .metadata()
             .map_err(|e| Error::io(format!("reading the size of {}", path.display()), e))?
@@ -435,6 +437,30 @@ mod tests {
         (0..n)
             .flat_map(|i| batch(i, &[item(3, format!("k{i}").as_bytes(), b"value")]))
             .collect()
+    }
+
+    #[test]
+    fn emptying_keeps_every_journal_file_and_touches_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (sealed, active) = (journal(3), journal(5));
+        std::fs::write(dir.path().join("7.jnl"), &sealed).expect("write");
+        std::fs::write(dir.path().join("8.jnl"), &active).expect("write");
+        std::fs::write(dir.path().join("version"), b"FJL\x03").expect("write");
+        let emptied = empty_flushed(dir.path()).expect("empty");
+        assert_eq!(emptied, (sealed.len() + active.len()) as u64);
+        for (_, path) in journal_files(dir.path()).expect("list") {
+            let scan = scan_file(&path, true).expect("scan");
+            assert!(scan.batches.is_empty() && scan.damage.is_none(), "{path:?}");
+            assert_eq!(std::fs::metadata(&path).expect("kept").len(), 0);
+        }
+        assert_eq!(journal_files(dir.path()).expect("list").len(), 2);
+        assert_eq!(
+            std::fs::read(dir.path().join("version"))
+                .expect("kept")
+                .len(),
+            4
+        );
+        assert_eq!(empty_flushed(dir.path()).expect("again"), 0);
     }
 
     #[test]
