@@ -12,7 +12,7 @@ use parking_lot::RwLock;
 
 use super::super::codec::{self, ScopeMeta};
 use super::commit::Change;
-use super::order::{lru_key, EvictionOrder};
+use super::order::{lru_key, EvictionOrder, LruKey};
 use super::scopes::{Scope, Search};
 use super::search::ScopeSearch;
 use super::totals::ScopeFts;
@@ -197,7 +197,7 @@ impl Shared {
         scope: &ScopeKey,
         state: &Scope,
         n: usize,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Vec<LruKey>> {
         if let Some(order) = state.derived().order.as_ref() {
             return Ok(order.head(n));
         }

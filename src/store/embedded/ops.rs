@@ -40,8 +40,25 @@ impl MemoryStore for EmbeddedStore {
         let guard = state.write.lock();
         let now = (s.clock)();
         let meta = s.scope_meta(scope, &state)?;
-        let (snapshot, read) = s.read_for_plan(scope, &state, &meta, &valid, cap)?;
-        let plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
+        let (snapshot, mut read) = s.read_for_plan(scope, &state, &meta, &valid, cap)?;
+        let mut plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
+        if !s.read_evicted(scope, &mut plan, &mut read)? {
+            // The order in memory named a record that is not active: plan again from an order
+            // rebuilt from the records.
+            log::warn!("[store] {scope}: the eviction order was behind the records; rebuilt");
+            s.scopes.update(scope, &state, |d| d.order = None);
+            let (snapshot, again) = s.read_for_plan(scope, &state, &meta, &valid, cap)?;
+            read = again;
+            plan = plan::plan_write(scope, &snapshot, &valid, now, cap);
+            if !s.read_evicted(scope, &mut plan, &mut read)? {
+                return Err(Error::new(
+                    ErrorKind::Damaged,
+                    format!(
+                        "{scope}: a record to evict is not active; run `lessons doctor --repair`"
+                    ),
+                ));
+            }
+        }
         let at = Target {
             scope,
             state: &state,
@@ -396,13 +413,15 @@ impl Shared {
             norms.insert(key, (seqs, false));
         }
         if needs.eviction_head > 0 {
-            for seq in s.eviction_head(scope, state, needs.eviction_head)? {
-                if let Some(r) = s.load_active(scope, seq)? {
-                    snapshot
-                        .eviction_head
-                        .push(Shared::eviction_meta_of(&r, seq));
-                    loaded.insert(seq, r);
-                }
+            // The planner orders the head by its eviction key alone, which the scope's order in
+            // memory holds; the records it does evict are read once it has chosen them
+            // (`read_evicted`), which is about half the head.
+            for key in s.eviction_head(scope, state, needs.eviction_head)? {
+                let seq = key.2;
+                snapshot.eviction_head.push(match loaded.get(&seq) {
+                    Some(r) => Shared::eviction_meta_of(r, seq),
+                    None => order_meta(key),
+                });
             }
         }
 
@@ -413,6 +432,35 @@ impl Shared {
                 dedup_keys: norms,
             },
         ))
+    }
+
+    /// Reads each record the plan evicts that `read_for_plan` did not, and gives its place in
+    /// the plan the record's own metadata: the plan then is exactly the one planned from the
+    /// records themselves, since an evicted record is otherwise untouched and its eviction key
+    /// is the order's.
+    /// False when one of them is not active (the order was behind the records).
+    fn read_evicted(
+        &self,
+        scope: &ScopeKey,
+        plan: &mut plan::Plan,
+        read: &mut Read,
+    ) -> Result<bool> {
+        let first_new = plan.inserts.first().map_or(u64::MAX, |i| i.seq);
+        for (&seq, touched) in plan.touched.range_mut(..first_new) {
+            if touched.status != Status::Evicted || read.records.contains_key(&seq) {
+                continue;
+            }
+            let Some(r) = self.load_active(scope, seq)? else {
+                return Ok(false);
+            };
+            debug_assert_eq!(
+                touched.meta.eviction_key(),
+                Shared::eviction_meta_of(&r, seq).eviction_key()
+            );
+            touched.meta = Shared::eviction_meta_of(&r, seq);
+            read.records.insert(seq, r);
+        }
+        Ok(true)
     }
 
     /// Turns a plan into one transaction (records, bookkeeping, the day's counters, the
@@ -519,6 +567,22 @@ impl Shared {
     }
 }
 
+/// What the planner needs of a record in the eviction head, from its key in the scope's order:
+/// the eviction key's fields. The rest is filled from the record if the plan evicts it.
+fn order_meta((used, created_at, seq): super::order::LruKey) -> plan::ActiveMeta {
+    plan::ActiveMeta {
+        seq,
+        norm: String::new(),
+        dedup_key: false,
+        created_at,
+        // `used` is `last_used_at`, or `created_at` for a record never used: either reads as
+        // the same eviction key.
+        last_used_at: (used != created_at).then_some(used),
+        use_count: 0,
+        confidence: None,
+    }
+}
+
 /// What a write read to plan: the records it may change, and the dedup keys it looked up.
 struct Read {
     records: HashMap<u64, Record>,
@@ -581,4 +645,52 @@ fn merged_provenance(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Candidate;
+
+    fn fact(i: usize) -> Candidate {
+        Candidate::fact(
+            format!("lesson {i}: warm the cache of module {i} first"),
+            "slack:C1:1",
+        )
+    }
+
+    #[test]
+    fn an_eviction_order_behind_the_records_is_rebuilt_and_the_write_evicts_the_right_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        let options = WriteOptions {
+            cap: Some(3),
+            ..WriteOptions::default()
+        };
+        for i in 0..4 {
+            store.write(&scope, &[fact(i)], &options).expect("write");
+        }
+        // The fourth write evicted record 0 and left the order in memory; make it name record 0
+        // again, at its head, as an order that missed a commit would.
+        let s = &*store.shared;
+        let state = s.scopes.get(&scope);
+        let held = s.scopes.update(&scope, &state, |d| match d.order.as_mut() {
+            Some(order) => {
+                order.insert((i64::MIN, i64::MIN, 0));
+                true
+            }
+            None => false,
+        });
+        assert!(held, "the eviction order is held after an eviction");
+        let counts = store.write(&scope, &[fact(4)], &options).expect("write");
+        assert_eq!((counts.inserted, counts.evicted), (1, 1), "{counts:?}");
+        let evicted = store
+            .get("mem:repo:acme/app:1")
+            .expect("get")
+            .expect("kept as evicted");
+        assert_eq!(evicted.status, Status::Evicted);
+        assert_eq!(store.active_count(&scope).expect("count"), 3);
+        assert!(store.check().expect("check").is_ok());
+    }
 }

@@ -34,9 +34,10 @@ impl EvictionOrder {
         }
     }
 
-    /// The sequence numbers of the first `n` records to evict.
-    pub(super) fn head(&self, n: usize) -> Vec<u64> {
-        self.0.iter().take(n).map(|k| k.2).collect()
+    /// The keys of the first `n` records to evict (a key ends with the record's sequence
+    /// number).
+    pub(super) fn head(&self, n: usize) -> Vec<LruKey> {
+        self.0.iter().take(n).copied().collect()
     }
 
     /// About how many bytes it holds.
