@@ -176,8 +176,17 @@ pub struct Plan {
 impl Plan {
     /// Sequence numbers of records that existed before the write and that the plan changes.
     pub fn existing_changes(&self) -> impl Iterator<Item = (&u64, &Touched)> {
-        let first_new = self.inserts.first().map_or(u64::MAX, |i| i.seq);
-        self.touched.range(..first_new)
+        self.touched.range(..self.first_new())
+    }
+
+    /// [`Plan::existing_changes`], to fill in what the planner did not need to know.
+    pub fn existing_changes_mut(&mut self) -> impl Iterator<Item = (&u64, &mut Touched)> {
+        let first_new = self.first_new();
+        self.touched.range_mut(..first_new)
+    }
+
+    fn first_new(&self) -> u64 {
+        self.inserts.first().map_or(u64::MAX, |i| i.seq)
     }
 }
 

@@ -471,14 +471,18 @@ impl EmbeddedStore {
         // Records still only in memtables live only in the journal, which every open replays
         // and which is the only copy if the journal is lost. Flushed to tables, a clean store
         // opens without replaying them and survives the loss of its journal.
-        if s.group.write_failed.load(Ordering::SeqCst) {
+        let in_tables = if s.group.write_failed.load(Ordering::SeqCst) {
             log::warn!(
                 "[store] a write failed at the disk: records stay in the journal, which the next open replays"
             );
-        } else if flush_memtables(s) {
-            // Every batch is now in tables, and no write can start: the journal is spent.
-            s.db.persist(PersistMode::SyncAll)
-                .map_err(st("persisting the journal"))?;
+            false
+        } else {
+            flush_memtables(s)
+        };
+        s.db.persist(PersistMode::SyncAll)
+            .map_err(st("persisting the journal"))?;
+        // Every batch is in tables and no write can start: the journal is spent.
+        if in_tables {
             match super::journal::empty_flushed(&s.dir.join("records")) {
                 Ok(bytes) => log::debug!("[store] emptied {bytes} bytes of spent journal at close"),
                 Err(e) => log::warn!(
@@ -486,8 +490,6 @@ impl EmbeddedStore {
                 ),
             }
         }
-        s.db.persist(PersistMode::SyncAll)
-            .map_err(st("persisting the journal"))?;
         if let Err(e) = evidence::write_clean_close(&s.dir, s.last_batch()) {
             log::warn!("[store] the clean close was not recorded: {e}");
         }

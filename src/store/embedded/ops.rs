@@ -445,8 +445,7 @@ impl Shared {
         plan: &mut plan::Plan,
         read: &mut Read,
     ) -> Result<bool> {
-        let first_new = plan.inserts.first().map_or(u64::MAX, |i| i.seq);
-        for (&seq, touched) in plan.touched.range_mut(..first_new) {
+        for (&seq, touched) in plan.existing_changes_mut() {
             if touched.status != Status::Evicted || read.records.contains_key(&seq) {
                 continue;
             }
