@@ -10,7 +10,7 @@ use super::indexer::PendingDoc;
 use super::order::LruKey;
 use super::scopes::Scope;
 use super::{st, Shared};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fts::FtsDoc;
 use crate::index::IndexOp;
 use crate::model::{Kind, Record, ScopeKey};
@@ -85,8 +85,72 @@ pub(super) struct SyncState {
     appended: u64,
     /// Every ticket at or below this is on disk.
     synced: u64,
-    /// A writer is running the fsync now.
-    syncing: bool,
+    /// The highest ticket an fsync started so far covers: a writer at or below it waits for
+    /// that fsync instead of starting one (if it fails, `write_failed` says so).
+    covering: u64,
+    /// fsyncs running now.
+    syncing: usize,
+}
+
+/// fsyncs of the journal that may run at once. A batch appended while one runs is not covered
+/// by it; a second one started at once, rather than after it, shortens that batch's wait.
+const MAX_SYNCS: usize = 2;
+
+/// Our own descriptor of fjall's active journal, to fsync it outside fjall's journal lock.
+///
+/// Why fsyncing it covers every batch committed before `Shared::sync_journal` moved fjall's
+/// buffer to the OS: those bytes are in the journal that was active then. If it is still the
+/// active one, it is the highest-numbered file, which `current` finds after the move. If fjall
+/// rotated it since, the rotation fsynced it (`SyncAll`) before creating the next file, and
+/// fsynced the directory after, so it is already durable and fsyncing the next file is enough.
+pub(super) struct ActiveJournal {
+    records: std::path::PathBuf,
+    open: Option<(u64, Arc<std::fs::File>)>,
+}
+
+impl ActiveJournal {
+    pub(super) fn new(records: std::path::PathBuf) -> ActiveJournal {
+        ActiveJournal {
+            records,
+            open: None,
+        }
+    }
+
+    /// The highest-numbered journal file, opened (shared, so its fsync runs without this
+    /// struct's lock and two fsyncs may overlap).
+    fn current(&mut self) -> Result<(u64, Arc<std::fs::File>)> {
+        if let Some((id, file)) = &self.open {
+            // One stat per fsync: a rotation creates exactly the next number.
+            let next = self.records.join(format!("{}.jnl", id + 1));
+            let rotated = next
+                .try_exists()
+                .map_err(|e| Error::io(format!("looking for {}", next.display()), e))?;
+            if !rotated {
+                return Ok((*id, Arc::clone(file)));
+            }
+        }
+        let (id, path) = super::super::journal::journal_files(&self.records)?
+            .pop()
+            .ok_or_else(|| {
+                Error::io(
+                    format!("finding the journal in {}", self.records.display()),
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                )
+            })?;
+        let file = Arc::new(
+            std::fs::File::open(&path)
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?,
+        );
+        self.open = Some((id, Arc::clone(&file)));
+        Ok((id, file))
+    }
+
+    /// Drops the descriptor of journal `id` (its fsync failed): the next one opens it afresh.
+    fn forget(&mut self, id: u64) {
+        if self.open.as_ref().is_some_and(|(open, _)| *open == id) {
+            self.open = None;
+        }
+    }
 }
 
 impl Shared {
@@ -114,6 +178,16 @@ impl Shared {
     /// lock.
     pub(super) fn commit_batch(&self, mut batch: OwnedWriteBatch) -> fjall::Result<()> {
         let mut last = self.group.batches.lock();
+        // After a failed write or fsync the OS may have dropped the journal's dirty pages
+        // while a later fsync still reports success, so nothing more is committed: fjall
+        // poisons itself after its own failures, and `sync_journal`'s fsync is ours.
+        if self
+            .group
+            .write_failed
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(fjall::Error::Poisoned);
+        }
         let number = *last + 1;
         batch.insert(&self.ks.meta, codec::LAST_BATCH, number.to_be_bytes());
         if let Err(e) = batch.commit() {
@@ -143,10 +217,11 @@ impl Shared {
         Ok(Ticket(Some(state.appended)))
     }
 
-    /// Returns once the batch of `ticket` is fsynced. Concurrent writers share fsyncs: the one
-    /// that finds no fsync running runs one for every batch appended so far; the others wait for
-    /// it (and run the next one if theirs came too late). Callers wait after releasing their
-    /// scope's lock, so the next write to the scope plans while this one syncs.
+    /// Returns once the batch of `ticket` is fsynced. Concurrent writers share fsyncs: a writer
+    /// whose batch no running fsync covers starts one for every batch appended so far, unless
+    /// `MAX_SYNCS` already run, and the others wait for the one that covers them. Callers wait
+    /// after releasing their scope's lock, so the next write to the scope plans while this one
+    /// syncs.
     pub(super) fn wait_durable(&self, ticket: Ticket) -> Result<()> {
         let Ticket(Some(ticket)) = ticket else {
             return Ok(());
@@ -156,27 +231,61 @@ impl Shared {
             if state.synced >= ticket {
                 return Ok(());
             }
-            if state.syncing {
+            // A failed fsync may have cost the OS's copy of any batch not yet synced, and a
+            // later fsync would not say so: no batch after it is acknowledged.
+            if self
+                .group
+                .write_failed
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Storage,
+                    "syncing the journal: a write or an fsync failed at the disk, so this write may not be durable and the store takes no more writes; reopen it (the journal is replayed)",
+                ));
+            }
+            if state.covering >= ticket || state.syncing >= MAX_SYNCS {
                 self.group.synced.wait(&mut state);
                 continue;
             }
-            state.syncing = true;
             let target = state.appended;
+            state.syncing += 1;
+            state.covering = state.covering.max(target);
             drop(state);
-            let result = self.db.persist(PersistMode::SyncData);
+            let result = self.sync_journal();
             state = self.group.state.lock();
-            state.syncing = false;
+            state.syncing -= 1;
             if result.is_ok() {
                 state.synced = state.synced.max(target);
             }
             self.group.synced.notify_all();
-            if result.is_err() {
-                self.group
-                    .write_failed
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-            result.map_err(st("syncing the journal"))?;
+            result?;
         }
+    }
+
+    /// Makes every batch committed so far durable. fjall's own `persist` holds its journal
+    /// lock through the fsync, and every commit needs that lock to append, so writers would
+    /// queue behind each fsync holding their scopes' locks. Instead the lock is held only to
+    /// move fjall's buffered journal bytes to the OS, and the fsync runs on our own descriptor
+    /// of the journal file, while the next batches append. A failure refuses every later
+    /// commit (`write_failed`), as fjall poisons itself after its own.
+    pub(super) fn sync_journal(&self) -> Result<()> {
+        let result = self
+            .db
+            .persist(PersistMode::Buffer)
+            .map_err(st("writing the journal"))
+            .and_then(|()| {
+                let (id, file) = self.group.active_journal.lock().current()?;
+                file.sync_data().map_err(|e| {
+                    self.group.active_journal.lock().forget(id);
+                    Error::io(format!("syncing the journal {id}.jnl"), e)
+                })
+            });
+        if result.is_err() {
+            self.group
+                .write_failed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        result
     }
 
     /// Waits while the index changes not yet committed are more than a bound: every one holds
@@ -292,5 +401,38 @@ impl Shared {
             self.queue.wake.notify_one();
         }
         Ok(ticket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ActiveJournal;
+
+    #[test]
+    fn the_active_journal_follows_a_rotation_and_reopens_after_a_failure() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut journal = ActiveJournal::new(dir.path().to_owned());
+        assert!(
+            journal.current().is_err(),
+            "no journal file is an error, not a silent success"
+        );
+        std::fs::write(dir.path().join("3.jnl"), b"sealed").expect("write");
+        std::fs::write(dir.path().join("4.jnl"), b"active").expect("write");
+        std::fs::write(dir.path().join("40.sst"), b"not a journal").expect("write");
+        let (id, file) = journal.current().expect("found");
+        assert_eq!(id, 4, "the highest number is the active journal");
+        file.sync_data().expect("a read descriptor fsyncs");
+        // fjall's rotation creates exactly the next number.
+        std::fs::write(dir.path().join("5.jnl"), b"").expect("write");
+        assert_eq!(journal.current().expect("found").0, 5);
+        assert_eq!(journal.current().expect("found").0, 5, "kept open");
+        journal.forget(4);
+        assert!(
+            journal.open.is_some(),
+            "forgetting another file keeps this one"
+        );
+        journal.forget(5);
+        assert!(journal.open.is_none());
+        assert_eq!(journal.current().expect("reopened").0, 5);
     }
 }

@@ -173,9 +173,7 @@ impl Shared {
         // Read before the sync: a batch takes its number while it is appended, so every batch
         // up to this one is in the journal when the sync starts.
         let batch = self.last_batch();
-        self.db
-            .persist(fjall::PersistMode::SyncData)
-            .map_err(st("syncing the journal before an index commit"))?;
+        self.sync_journal()?;
         Ok(Mark {
             op,
             batch: Some(batch),

@@ -138,6 +138,9 @@ struct GroupCommit {
     /// A write or a sync of the records failed (a full disk): fjall takes no more writes, and a
     /// close must not wait for a flush that cannot happen.
     write_failed: AtomicBool,
+    /// The active journal file, opened by us to fsync it without fjall's journal lock (see
+    /// `commit::ActiveJournal`). Only the writer running the group's fsync touches it.
+    active_journal: Mutex<commit::ActiveJournal>,
 }
 
 /// The decision journal's key counter and what pruning keeps.
@@ -358,6 +361,7 @@ impl EmbeddedStore {
                 synced: Condvar::new(),
                 batches: Mutex::new(last_batch),
                 write_failed: AtomicBool::new(false),
+                active_journal: Mutex::new(commit::ActiveJournal::new(records.clone())),
             },
             journal: JournalPolicy {
                 counter: std::sync::atomic::AtomicU64::new(
@@ -479,6 +483,12 @@ impl EmbeddedStore {
         } else {
             flush_memtables(s)
         };
+        if s.group.write_failed.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                crate::error::ErrorKind::Storage,
+                "a write or an fsync of the journal failed at the disk: the store was not closed cleanly, and the next open replays the journal",
+            ));
+        }
         s.db.persist(PersistMode::SyncAll)
             .map_err(st("persisting the journal"))?;
         // Every batch is in tables and no write can start: the journal is spent.
