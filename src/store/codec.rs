@@ -39,6 +39,19 @@ pub const STORE_FORMAT: u8 = 3;
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
 pub const LAST_BATCH: &str = "last batch";
 
+/// The `meta` key holding each scope's decision-journal tally as the last clean close left it
+/// (see `JournalTallies`).
+pub const JOURNAL_TALLIES: &str = "journal tallies";
+
+/// What a clean close knew of each scope's decision journal: its entries and the time of its
+/// oldest, as (scope, entries, oldest). Valid only while `batch`, its own batch, is the last
+/// one: any later batch may have changed a journal, and the next open counts again.
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
+pub struct JournalTallies {
+    pub batch: u64,
+    pub scopes: Vec<(String, u64, i64)>,
+}
+
 /// The version byte in front of every value but a record.
 pub const FORMAT_VERSION: u8 = 1;
 /// The version byte in front of a record written by this build (version 1 records, without

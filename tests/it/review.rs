@@ -288,3 +288,111 @@ fn the_journal_is_pruned_by_age_and_cap() {
         ["a new lesson"]
     );
 }
+
+/// The decision-journal entries of `s` on disk, newest first, read with fjall itself.
+fn stored_decisions(dir: &std::path::Path, s: &ScopeKey) -> usize {
+    let db = fjall::Database::builder(dir.join("records"))
+        .journal_compression(fjall::CompressionType::None)
+        .open()
+        .expect("raw fjall open");
+    let ks = db
+        .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+        .expect("keyspace");
+    let mut prefix = s.as_str().as_bytes().to_vec();
+    prefix.push(0);
+    ks.prefix(prefix).count()
+}
+
+#[test]
+fn pruning_counts_each_scope_once_and_trims_it_from_its_oldest_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_795_424_400_000));
+    let clock: lessons::store::Clock = {
+        let now = std::sync::Arc::clone(&now);
+        std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::SeqCst))
+    };
+    let open = || {
+        EmbeddedStore::builder()
+            .clock(std::sync::Arc::clone(&clock))
+            .journal(2, 48)
+            .index_commit(1, std::time::Duration::from_millis(5))
+            .open(dir.path())
+            .expect("open")
+    };
+    let (s, quiet) = (scope("repo:acme/app"), scope("repo:acme/quiet"));
+    let store = std::sync::Arc::new(open());
+    let write = |store: &EmbeddedStore, s: &ScopeKey, text: String| {
+        store
+            .write(s, &[Candidate::fact(text, "t")], &WriteOptions::default())
+            .expect("write");
+    };
+    write(&store, &quiet, "the only lesson here".into());
+    for i in 0..10 {
+        write(&store, &s, format!("early {i}"));
+    }
+    // Rounds of the pruner run between writes (an index commit after each): the first one
+    // counts the scope, later ones trim it as four writers add to it at once.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (store, s) = (std::sync::Arc::clone(&store), s.clone());
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    write(&store, &s, format!("writer {w} lesson {i}"));
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    write(&store, &s, "the newest lesson".into());
+    let all = DecisionQuery {
+        limit: 1000,
+        ..DecisionQuery::default()
+    };
+    let shown = store.decisions(&s, &all).expect("read");
+    assert_eq!(shown.len(), 48, "a read shows the cap, whatever is on disk");
+    assert_eq!(shown[0].texts, ["the newest lesson"]);
+    let store = std::sync::Arc::into_inner(store).expect("one owner");
+    store.close().expect("close");
+    // Trimmed past a sixteenth over the cap, never under it: a count gone wrong would remove
+    // entries the cap keeps, or leave the scope growing.
+    let on_disk = stored_decisions(dir.path(), &s);
+    assert!(
+        (48..=51).contains(&on_disk),
+        "{on_disk} entries on disk for a cap of 48"
+    );
+    assert_eq!(stored_decisions(dir.path(), &quiet), 1);
+
+    // Three days on, every entry is past the two days kept. The clean close recorded each
+    // scope's tally, so the first round after the open prunes both scopes by age without
+    // counting them, the one not written since included.
+    now.fetch_add(3 * 86_400_000, std::sync::atomic::Ordering::SeqCst);
+    let store = open();
+    assert!(
+        store.decisions(&s, &all).expect("read").is_empty(),
+        "a read hides what pruning will remove"
+    );
+    write(&store, &s, "a new lesson".into());
+    store.close().expect("close");
+    assert_eq!(stored_decisions(dir.path(), &s), 1);
+    assert_eq!(stored_decisions(dir.path(), &quiet), 0);
+
+    // A crash leaves the recorded tallies behind the journal: a store with a larger cap adds
+    // 100 entries and crashes, and the next open must count the scope, not trust the tally
+    // of 1 entry, so its first round trims it to exactly the cap.
+    let big = EmbeddedStore::builder()
+        .clock(std::sync::Arc::clone(&clock))
+        .journal(2, 1000)
+        .open(dir.path())
+        .expect("open");
+    for i in 0..100 {
+        write(&big, &s, format!("before the crash {i}"));
+    }
+    big.close_as_crash();
+    let store = open();
+    write(&store, &s, "after the crash".into());
+    store.close().expect("close");
+    assert_eq!(stored_decisions(dir.path(), &s), 48);
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use fjall::{OwnedWriteBatch, PersistMode};
 
 use super::super::codec::{self, ScopeMeta};
+use super::decisions::Growth;
 use super::indexer::PendingDoc;
 use super::order::LruKey;
 use super::scopes::Scope;
@@ -32,6 +33,8 @@ pub(super) struct Tx {
     pub(super) day: Option<(i64, crate::store::DayCounters)>,
     /// The scope's counters of the day as the derived state last knew them.
     pub(super) cached_day: Option<(i64, crate::store::DayCounters)>,
+    /// Decision-journal entries this transaction adds.
+    pub(super) journaled: Growth,
 }
 
 /// Dedup keys read or edited by a transaction: their values, and whether edited.
@@ -169,6 +172,7 @@ impl Shared {
             norms: std::collections::BTreeMap::new(),
             day: None,
             cached_day,
+            journaled: Growth::default(),
         }
     }
 
@@ -176,7 +180,17 @@ impl Shared {
     /// `last batch`), so the records always say which batch was the last to survive (see
     /// `evidence`). Numbers follow the journal's order: they are taken and committed under one
     /// lock.
-    pub(super) fn commit_batch(&self, mut batch: OwnedWriteBatch) -> fjall::Result<()> {
+    pub(super) fn commit_batch(&self, batch: OwnedWriteBatch) -> fjall::Result<()> {
+        self.commit_growing(batch, &[])
+    }
+
+    /// `commit_batch` of a batch that adds decision-journal entries: `grew` says how many to
+    /// each scope, counted under the same lock as the commit (see `decisions::Tally`).
+    pub(super) fn commit_growing(
+        &self,
+        mut batch: OwnedWriteBatch,
+        grew: &[(&ScopeKey, Growth)],
+    ) -> fjall::Result<()> {
         let mut last = self.group.batches.lock();
         // After a failed write or fsync the OS may have dropped the journal's dirty pages
         // while a later fsync still reports success, so nothing more is committed: fjall
@@ -197,6 +211,9 @@ impl Shared {
             return Err(e);
         }
         *last = number;
+        if !grew.is_empty() {
+            self.journal_grew(grew);
+        }
         Ok(())
     }
 
@@ -208,7 +225,17 @@ impl Shared {
     /// Appends `batch` to the journal (visible to readers at once) and returns the ticket to
     /// wait on before acknowledging it.
     pub(super) fn append(&self, batch: OwnedWriteBatch) -> Result<Ticket> {
-        self.commit_batch(batch).map_err(st("committing a write"))?;
+        self.append_growing(batch, &[])
+    }
+
+    /// `append` of a batch that adds decision-journal entries (see `commit_growing`).
+    pub(super) fn append_growing(
+        &self,
+        batch: OwnedWriteBatch,
+        grew: &[(&ScopeKey, Growth)],
+    ) -> Result<Ticket> {
+        self.commit_growing(batch, grew)
+            .map_err(st("committing a write"))?;
         if !self.group.sync_writes {
             return Ok(Ticket(None));
         }
@@ -335,8 +362,15 @@ impl Shared {
             meta,
             norms,
             day,
+            journaled,
             ..
         } = tx;
+        let grew = [(scope, journaled)];
+        let grew = if journaled.entries > 0 {
+            &grew[..]
+        } else {
+            &[]
+        };
         if let Some(m) = meta {
             batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&m)?);
         }
@@ -363,10 +397,10 @@ impl Shared {
                 let ids: Vec<&str> = ops_for_index.iter().map(IndexOp::id).collect();
                 codec::encode(&ids).and_then(|v| {
                     batch.insert(&self.ks.outbox, op.to_be_bytes(), v);
-                    self.append(batch)
+                    self.append_growing(batch, grew)
                 })
             }
-            None => self.append(batch),
+            None => self.append_growing(batch, grew),
         };
         let ticket = match result {
             Ok(t) => t,

@@ -1,5 +1,12 @@
 //! The decision journal on disk: entries join the batch of the write they describe; reads are
 //! prefix scans newest first; the indexer thread prunes by age and per-scope cap.
+//!
+//! Pruning never scans a scope's whole journal on the write path's account. The pruner keeps,
+//! per scope written since open, how many entries it holds and the time of its oldest: counted
+//! once by a full scan, then kept by every commit that adds entries and every prune. A scope is
+//! pruned only once it holds a sixteenth more than the cap or its oldest entry is a sixteenth
+//! of the age limit past it, and then from its oldest end. Until then reads hide what pruning
+//! will remove: a scope's journal reads as at most `cap` entries, none older than `days`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -14,12 +21,104 @@ use crate::error::Result;
 use crate::model::{Record, ScopeKey, Status, ValidCandidate};
 use crate::plan::{self, Outcome};
 
+/// Decision-journal entries a batch adds to one scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Growth {
+    pub(super) entries: usize,
+    /// The time of the oldest of them (`i64::MAX`: none).
+    pub(super) oldest: i64,
+}
+
+impl Default for Growth {
+    fn default() -> Growth {
+        Growth {
+            entries: 0,
+            oldest: i64::MAX,
+        }
+    }
+}
+
+impl Growth {
+    pub(super) fn add(&mut self, other: Growth) {
+        self.entries += other.entries;
+        self.oldest = self.oldest.min(other.oldest);
+    }
+}
+
+/// What the pruner knows of one scope's journal (see the module's notes).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Tally {
+    /// Entries on disk: once `counted`, exact; before, those added since open.
+    entries: usize,
+    /// The time of the oldest entry (`i64::MAX`: none), once `counted`.
+    oldest: i64,
+    /// A full scan has counted the scope since open.
+    counted: bool,
+}
+
+impl Default for Tally {
+    fn default() -> Tally {
+        Tally {
+            entries: 0,
+            oldest: i64::MAX,
+            counted: false,
+        }
+    }
+}
+
+/// The tallies the last clean close recorded, if no batch came after them (`last_batch`);
+/// otherwise none, and each scope is counted again when next written. Never fails an open:
+/// the tallies only spare a count.
+pub(super) fn load_tallies(
+    meta: &fjall::Keyspace,
+    last_batch: u64,
+) -> std::collections::HashMap<ScopeKey, Tally> {
+    let saved = match meta.get(codec::JOURNAL_TALLIES) {
+        Ok(Some(v)) => codec::decode::<codec::JournalTallies>(&v, "the journal tallies"),
+        Ok(None) => return Default::default(),
+        Err(e) => Err(crate::error::Error::storage(
+            "reading the journal tallies",
+            e,
+        )),
+    };
+    match saved {
+        Ok(t) if t.batch == last_batch => t
+            .scopes
+            .into_iter()
+            .filter_map(|(scope, entries, oldest)| {
+                let tally = Tally {
+                    entries: usize::try_from(entries).ok()?,
+                    oldest,
+                    counted: true,
+                };
+                Some((ScopeKey::parse(&scope).ok()?, tally))
+            })
+            .collect(),
+        Ok(_) => Default::default(),
+        Err(e) => {
+            log::warn!("[store] {e}; each scope's decision journal is counted again");
+            Default::default()
+        }
+    }
+}
+
+/// How a scope is pruned this round.
+enum Prune {
+    /// Not counted since open: scan it all, newest first.
+    Count,
+    /// Counted: remove from the oldest end, `entries` being what it holds.
+    Oldest { entries: usize },
+}
+
 impl Shared {
-    /// Adds `entries` to `batch` (the batch of the write they describe).
-    pub(super) fn journal(&self, batch: &mut OwnedWriteBatch, entries: &[Decision]) -> Result<()> {
-        let Some(first) = entries.first() else {
-            return Ok(());
-        };
+    /// Adds `entries` to `batch` (the batch of the write they describe); the commit of the
+    /// batch must report the returned growth (`commit_growing`).
+    pub(super) fn journal(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        entries: &[Decision],
+    ) -> Result<Growth> {
+        let mut growth = Growth::default();
         for d in entries {
             let counter = self.journal.counter.fetch_add(1, Ordering::Relaxed);
             batch.insert(
@@ -27,9 +126,59 @@ impl Shared {
                 codec::decision_key(&d.scope_key, d.time, counter),
                 codec::encode_decision(d)?,
             );
+            growth.add(Growth {
+                entries: 1,
+                oldest: d.time,
+            });
         }
-        self.journal.dirty.lock().insert(first.scope_key.clone());
+        Ok(growth)
+    }
+
+    /// `journal` into a transaction's batch, which its commit reports.
+    pub(super) fn journal_tx(
+        &self,
+        tx: &mut super::commit::Tx,
+        entries: &[Decision],
+    ) -> Result<()> {
+        let growth = self.journal(&mut tx.batch, entries)?;
+        tx.journaled.add(growth);
         Ok(())
+    }
+
+    /// Counts entries a commit added (called under `GroupCommit::batches`, after the commit).
+    pub(super) fn journal_grew(&self, grew: &[(&ScopeKey, Growth)]) {
+        let mut tallies = self.journal.tallies.lock();
+        for (scope, growth) in grew {
+            let tally = tallies.entry((*scope).clone()).or_default();
+            tally.entries += growth.entries;
+            tally.oldest = tally.oldest.min(growth.oldest);
+        }
+    }
+
+    /// Records every counted scope's tally in its own batch, so the next open need not count
+    /// (see `load_tallies`). Called at a clean close, once nothing else commits.
+    pub(super) fn save_tallies(&self) -> Result<()> {
+        let scopes = self
+            .journal
+            .tallies
+            .lock()
+            .iter()
+            .filter(|(_, t)| t.counted)
+            .map(|(s, t)| (s.as_str().to_owned(), t.entries as u64, t.oldest))
+            .collect();
+        let value = codec::encode(&codec::JournalTallies {
+            batch: self.last_batch() + 1,
+            scopes,
+        })?;
+        let mut batch = self.db.batch();
+        batch.insert(&self.ks.meta, codec::JOURNAL_TALLIES, value);
+        self.commit_batch(batch)
+            .map_err(st("recording the decision journal's tallies"))
+    }
+
+    /// Entries older than this are pruned, and no read shows them.
+    fn journal_cutoff(&self) -> i64 {
+        (self.clock)().saturating_sub(i64::from(self.journal.days) * 86_400_000)
     }
 
     pub(super) fn read_decisions(
@@ -38,10 +187,13 @@ impl Shared {
         query: &DecisionQuery,
     ) -> Result<Vec<Decision>> {
         let mut out = Vec::new();
-        for g in self.ks.decisions.prefix(codec::scope_key_prefix(scope)) {
+        // What pruning will remove reads as removed: entries past the cap or the age limit.
+        let since = query.since.max(self.journal_cutoff());
+        let entries = self.ks.decisions.prefix(codec::scope_key_prefix(scope));
+        for g in entries.take(self.journal.cap) {
             let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
             // Newest first: once past `since`, every later entry is older still.
-            if codec::decision_time(&k).is_some_and(|t| t < query.since) {
+            if codec::decision_time(&k).is_some_and(|t| t < since) {
                 break;
             }
             let d = codec::decode_decision(&v)?;
@@ -79,39 +231,114 @@ impl Shared {
             for d in chunk {
                 by_scope.entry(&d.scope_key).or_default().push(d.clone());
             }
-            for list in by_scope.values() {
-                self.journal(&mut batch, list)?;
+            let mut grew = Vec::with_capacity(by_scope.len());
+            for (scope, list) in &by_scope {
+                grew.push((*scope, self.journal(&mut batch, list)?));
             }
-            let ticket = self.append(batch)?;
+            let ticket = self.append_growing(batch, &grew)?;
             self.wait_durable(ticket)?;
         }
         Ok(entries.len() as u64)
     }
 
     /// Drops entries older than `journal_days` and beyond `journal_cap` per scope, for the
-    /// scopes written since the last prune. Runs on the indexer thread, never in a write.
+    /// scopes due (see the module's notes). Runs on the indexer thread, never in a write.
     pub(super) fn prune_decisions(&self) -> Result<()> {
-        let dirty: Vec<ScopeKey> = self.journal.dirty.lock().drain().collect();
-        if dirty.is_empty() {
-            return Ok(());
-        }
-        let cutoff = (self.clock)().saturating_sub(i64::from(self.journal.days) * 86_400_000);
-        for scope in dirty {
-            let mut batch = self.db.batch();
-            let mut kept = 0usize;
-            for g in self.ks.decisions.prefix(codec::scope_key_prefix(&scope)) {
-                let k = g.key().map_err(st("reading the decision journal"))?;
-                let old = codec::decision_time(&k).is_some_and(|t| t < cutoff);
-                if old || kept >= self.journal.cap {
-                    batch.remove(&self.ks.decisions, k.to_vec());
+        let cutoff = self.journal_cutoff();
+        let cap = self.journal.cap;
+        let over = cap + cap / 16;
+        let late = cutoff.saturating_sub(i64::from(self.journal.days) * 86_400_000 / 16);
+        let due: Vec<(ScopeKey, Prune)> = self
+            .journal
+            .tallies
+            .lock()
+            .iter()
+            .filter_map(|(scope, t)| {
+                let how = if !t.counted {
+                    Prune::Count
+                } else if t.entries > over || t.oldest < late {
+                    Prune::Oldest { entries: t.entries }
                 } else {
-                    kept += 1;
-                }
+                    return None;
+                };
+                Some((scope.clone(), how))
+            })
+            .collect();
+        for (scope, how) in due {
+            match how {
+                Prune::Count => self.count_and_prune(&scope, cutoff)?,
+                Prune::Oldest { entries } => self.prune_oldest(&scope, entries, cutoff)?,
             }
-            // Not fsynced: a prune lost to a crash is redone on the scope's next write.
-            self.commit_batch(batch)
-                .map_err(st("pruning the decision journal"))?;
         }
+        Ok(())
+    }
+
+    /// Scans all of `scope`'s journal, newest first, removing what is past the cap or older
+    /// than `cutoff`, and counts what it keeps.
+    fn count_and_prune(&self, scope: &ScopeKey, cutoff: i64) -> Result<()> {
+        // Taken under the commits' lock: entries committed after the snapshot are counted by
+        // `journal_grew` on top of the reset, those before it by the scan, none twice.
+        let snapshot = {
+            let _commits = self.group.batches.lock();
+            self.journal
+                .tallies
+                .lock()
+                .insert(scope.clone(), Tally::default());
+            self.db.snapshot()
+        };
+        let mut batch = self.db.batch();
+        let (mut kept, mut oldest) = (0usize, i64::MAX);
+        for g in snapshot.prefix(&self.ks.decisions, codec::scope_key_prefix(scope)) {
+            let k = g.key().map_err(st("reading the decision journal"))?;
+            let time = codec::decision_time(&k);
+            if time.is_some_and(|t| t < cutoff) || kept >= self.journal.cap {
+                batch.remove(&self.ks.decisions, k.to_vec());
+            } else {
+                kept += 1;
+                oldest = time.unwrap_or(oldest);
+            }
+        }
+        // Not fsynced: a prune lost to a crash is redone after the next open.
+        self.commit_batch(batch)
+            .map_err(st("pruning the decision journal"))?;
+        let mut tallies = self.journal.tallies.lock();
+        let tally = tallies.entry(scope.clone()).or_default();
+        tally.entries += kept;
+        tally.oldest = tally.oldest.min(oldest);
+        tally.counted = true;
+        Ok(())
+    }
+
+    /// Removes `scope`'s oldest entries until it holds at most the cap (of the `entries` it
+    /// held when the round began) and none older than `cutoff`.
+    fn prune_oldest(&self, scope: &ScopeKey, entries: usize, cutoff: i64) -> Result<()> {
+        let mut excess = entries.saturating_sub(self.journal.cap);
+        let mut batch = self.db.batch();
+        let mut removed = 0usize;
+        // Entries committed since the round began are newer than any this scan removes.
+        let mut oldest = (self.clock)();
+        for g in self
+            .ks
+            .decisions
+            .prefix(codec::scope_key_prefix(scope))
+            .rev()
+        {
+            let k = g.key().map_err(st("reading the decision journal"))?;
+            let time = codec::decision_time(&k);
+            if excess == 0 && time.is_none_or(|t| t >= cutoff) {
+                oldest = time.unwrap_or(oldest);
+                break;
+            }
+            batch.remove(&self.ks.decisions, k.to_vec());
+            removed += 1;
+            excess = excess.saturating_sub(1);
+        }
+        self.commit_batch(batch)
+            .map_err(st("pruning the decision journal"))?;
+        let mut tallies = self.journal.tallies.lock();
+        let tally = tallies.entry(scope.clone()).or_default();
+        tally.entries = tally.entries.saturating_sub(removed);
+        tally.oldest = oldest;
         Ok(())
     }
 }

@@ -150,8 +150,9 @@ struct JournalPolicy {
     counter: std::sync::atomic::AtomicU64,
     days: u32,
     cap: usize,
-    /// Scopes whose journal grew since the indexer last pruned them.
-    dirty: Mutex<std::collections::HashSet<ScopeKey>>,
+    /// What the pruner knows of each scope's journal written since open (see `decisions`).
+    /// Changed only under `GroupCommit::batches`, with the commits that grow a journal.
+    tallies: Mutex<std::collections::HashMap<ScopeKey, decisions::Tally>>,
 }
 
 /// Lost and damaged data: what refuses writes, and which ids were ever acknowledged.
@@ -331,6 +332,7 @@ impl EmbeddedStore {
         let upgrade = needs_upgrade(&ks, dir)?;
         let opened = KeywordIndex::open(&dir.join("index"))?;
         let last_batch = read_last_batch(&ks)?;
+        let tallies = decisions::load_tallies(&ks.meta, last_batch);
         let damage = match evidence::read_marker(dir)? {
             Some(d) => Some(d),
             None => lost_writes(last_batch, opened.watermark, clean_close),
@@ -371,7 +373,7 @@ impl EmbeddedStore {
                 ),
                 days: b.journal_days,
                 cap: b.journal_cap,
-                dirty: Mutex::new(std::collections::HashSet::new()),
+                tallies: Mutex::new(tallies),
             },
             witness: Witnesses {
                 damage: Mutex::new(damage),
@@ -475,6 +477,11 @@ impl EmbeddedStore {
         // Records still only in memtables live only in the journal, which every open replays
         // and which is the only copy if the journal is lost. Flushed to tables, a clean store
         // opens without replaying them and survives the loss of its journal.
+        if !s.group.write_failed.load(Ordering::SeqCst) {
+            if let Err(e) = s.save_tallies() {
+                log::warn!("[store] {e}; the next open counts each scope's decision journal again");
+            }
+        }
         let in_tables = if s.group.write_failed.load(Ordering::SeqCst) {
             log::warn!(
                 "[store] a write failed at the disk: records stay in the journal, which the next open replays"

@@ -183,8 +183,8 @@ impl MemoryStore for EmbeddedStore {
         meta.active = meta.active.saturating_sub(1);
         tx.meta = Some(meta);
         s.add_day(&mut tx, scope, now, |d| d.forgotten += 1)?;
-        s.journal(
-            &mut tx.batch,
+        s.journal_tx(
+            &mut tx,
             &[super::decisions::of_retire(
                 now,
                 &old,
@@ -244,7 +244,7 @@ impl MemoryStore for EmbeddedStore {
             .iter()
             .map(|r| super::decisions::of_retire(now, r, DecisionEvent::Swept))
             .collect();
-        s.journal(&mut tx.batch, &swept)?;
+        s.journal_tx(&mut tx, &swept)?;
         let ticket = s.commit_with_outbox(scope, &state, tx, ops)?;
         drop(guard);
         s.wait_durable(ticket)?;
@@ -558,8 +558,8 @@ impl Shared {
         s.add_day(&mut tx, scope, now, |d| {
             d.add_write(&plan.counts, summaries, options.tally.as_ref())
         })?;
-        s.journal(
-            &mut tx.batch,
+        s.journal_tx(
+            &mut tx,
             &super::decisions::of_write(scope, now, valid, plan, loaded, &options.rejected),
         )?;
         s.commit_with_outbox(scope, state, tx, index_ops)
