@@ -122,9 +122,9 @@ impl Candidate {
                         "{at}.keywords must be an array of at most {MAX_KEYWORDS} short strings"
                     )
                 })?;
-                k.clone()
+                k.as_slice().into()
             }
-            None => default_keywords(&self.text),
+            None => default_keywords(&self.text).into(),
         };
         let bounded = |name: &str, v: &Option<String>| -> Result<(), String> {
             match v {
@@ -186,8 +186,9 @@ pub struct ValidCandidate {
     /// The text, as the reference stores it (a lone surrogate as three U+FFFD).
     pub text: String,
     /// The keywords as sent (the bot's content hash covers them); the text's tokens when the
-    /// writer sent none, empty when it sent `[]`.
-    pub keywords: Vec<String>,
+    /// writer sent none, empty when it sent `[]`. Shared with the record it becomes, so a write
+    /// allocates a record's ~50 default keywords once, not twice.
+    pub keywords: std::sync::Arc<[String]>,
     /// Provenance: the thread.
     pub source_thread_key: String,
     /// Provenance: the run.
@@ -222,7 +223,7 @@ impl ValidCandidate {
             scope_key: scope.clone(),
             kind: self.kind,
             text: self.text.clone(),
-            keywords: self.keywords.as_slice().into(),
+            keywords: std::sync::Arc::clone(&self.keywords),
             source_thread_key: self.source_thread_key.clone(),
             source_run_id: self.source_run_id.clone(),
             provenance,
@@ -249,7 +250,7 @@ mod tests {
             .validate(&scope, 0)
             .expect("valid");
         assert_eq!(
-            ok.keywords,
+            ok.keywords[..],
             ["run", "npm", "ci", "run", "it"],
             "none sent: the text's tokens, repeats kept"
         );
@@ -277,7 +278,7 @@ mod tests {
         let mut kw = Candidate::fact("x", "t");
         kw.keywords = Some(vec!["NPM".into(), "npm".into(), "Ci".into()]);
         assert_eq!(
-            kw.validate(&scope, 0).expect("ok").keywords,
+            kw.validate(&scope, 0).expect("ok").keywords[..],
             ["NPM", "npm", "Ci"],
             "stored as sent: the bot's content hash covers them"
         );
