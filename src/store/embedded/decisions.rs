@@ -287,20 +287,23 @@ impl Shared {
             self.db.snapshot()
         };
         let mut batch = self.db.batch();
-        let (mut kept, mut oldest) = (0usize, i64::MAX);
+        let (mut kept, mut removed, mut oldest) = (0usize, 0usize, i64::MAX);
         for g in snapshot.prefix(&self.ks.decisions, codec::scope_key_prefix(scope)) {
             let k = g.key().map_err(st("reading the decision journal"))?;
             let time = codec::decision_time(&k);
             if time.is_some_and(|t| t < cutoff) || kept >= self.journal.cap {
                 batch.remove(&self.ks.decisions, k.to_vec());
+                removed += 1;
             } else {
                 kept += 1;
                 oldest = time.unwrap_or(oldest);
             }
         }
         // Not fsynced: a prune lost to a crash is redone after the next open.
-        self.commit_batch(batch)
-            .map_err(st("pruning the decision journal"))?;
+        if removed > 0 {
+            self.commit_batch(batch)
+                .map_err(st("pruning the decision journal"))?;
+        }
         let mut tallies = self.journal.tallies.lock();
         let tally = tallies.entry(scope.clone()).or_default();
         tally.entries += kept;
@@ -333,8 +336,10 @@ impl Shared {
             removed += 1;
             excess = excess.saturating_sub(1);
         }
-        self.commit_batch(batch)
-            .map_err(st("pruning the decision journal"))?;
+        if removed > 0 {
+            self.commit_batch(batch)
+                .map_err(st("pruning the decision journal"))?;
+        }
         let mut tallies = self.journal.tallies.lock();
         let tally = tallies.entry(scope.clone()).or_default();
         tally.entries = tally.entries.saturating_sub(removed);
