@@ -228,14 +228,22 @@ fn both_stores_keep_the_same_journal() {
         .all(|d| d.use_count.is_some() && d.age_ms.is_some()));
 }
 
+/// A clock the test moves: the time it reads, and the store's clock reading it.
+fn settable_clock() -> (
+    std::sync::Arc<std::sync::atomic::AtomicI64>,
+    lessons::store::Clock,
+) {
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_795_424_400_000));
+    let read = std::sync::Arc::clone(&now);
+    let clock: lessons::store::Clock =
+        std::sync::Arc::new(move || read.load(std::sync::atomic::Ordering::SeqCst));
+    (now, clock)
+}
+
 #[test]
 fn the_journal_is_pruned_by_age_and_cap() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_795_424_400_000));
-    let clock: lessons::store::Clock = {
-        let now = std::sync::Arc::clone(&now);
-        std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::SeqCst))
-    };
+    let (now, clock) = settable_clock();
     let store = EmbeddedStore::builder()
         .clock(clock)
         .journal(2, 5)
@@ -306,11 +314,7 @@ fn stored_decisions(dir: &std::path::Path, s: &ScopeKey) -> usize {
 #[test]
 fn pruning_counts_each_scope_once_and_trims_it_from_its_oldest_end() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_795_424_400_000));
-    let clock: lessons::store::Clock = {
-        let now = std::sync::Arc::clone(&now);
-        std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::SeqCst))
-    };
+    let (now, clock) = settable_clock();
     let open = || {
         EmbeddedStore::builder()
             .clock(std::sync::Arc::clone(&clock))
