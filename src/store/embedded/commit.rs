@@ -260,16 +260,7 @@ impl Shared {
             }
             // A failed fsync may have cost the OS's copy of any batch not yet synced, and a
             // later fsync would not say so: no batch after it is acknowledged.
-            if self
-                .group
-                .write_failed
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                return Err(Error::new(
-                    crate::error::ErrorKind::Storage,
-                    "syncing the journal: a write or an fsync failed at the disk, so this write may not be durable and the store takes no more writes; reopen it (the journal is replayed)",
-                ));
-            }
+            self.refuse_after_disk_failure()?;
             if state.covering >= ticket || state.syncing >= MAX_SYNCS {
                 self.group.synced.wait(&mut state);
                 continue;
@@ -287,6 +278,22 @@ impl Shared {
             self.group.synced.notify_all();
             result?;
         }
+    }
+
+    /// The answer of every sync (and of `flush` and `close`) once a write or an fsync of the
+    /// records failed at the disk.
+    pub(super) fn refuse_after_disk_failure(&self) -> Result<()> {
+        if self
+            .group
+            .write_failed
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(Error::new(
+                crate::error::ErrorKind::Storage,
+                "a write or an fsync of the journal failed at the disk: what was not acknowledged may not be durable, the store takes no more writes and was not closed cleanly; reopen it (the journal is replayed)",
+            ));
+        }
+        Ok(())
     }
 
     /// Makes every batch committed so far durable. fjall's own `persist` holds its journal

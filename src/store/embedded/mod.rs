@@ -405,6 +405,8 @@ impl EmbeddedStore {
     /// Commits the keyword index now and makes every acknowledged write durable on disk.
     pub fn flush(&self) -> Result<()> {
         self.shared.commit_index()?;
+        // A later fsync would succeed over pages the OS may have dropped.
+        self.shared.refuse_after_disk_failure()?;
         self.shared
             .db
             .persist(PersistMode::SyncAll)
@@ -490,12 +492,7 @@ impl EmbeddedStore {
         } else {
             flush_memtables(s)
         };
-        if s.group.write_failed.load(Ordering::SeqCst) {
-            return Err(Error::new(
-                crate::error::ErrorKind::Storage,
-                "a write or an fsync of the journal failed at the disk: the store was not closed cleanly, and the next open replays the journal",
-            ));
-        }
+        s.refuse_after_disk_failure()?;
         s.db.persist(PersistMode::SyncAll)
             .map_err(st("persisting the journal"))?;
         // Every batch is in tables and no write can start: the journal is spent.
