@@ -100,18 +100,27 @@ pub fn for_each_fts_token(text: &str, mut f: impl FnMut(Option<&str>)) {
 pub struct FtsDoc {
     /// Tokens in `text + " " + keywords.join(" ")`.
     pub len: u32,
-    /// The all-ASCII folded tokens, in order, repeats kept.
-    pub terms: Vec<String>,
+    /// The all-ASCII folded tokens, in order, repeats kept, each followed by one space: a
+    /// matchable token is a non-empty run of `[a-z0-9]`, so a space never occurs inside one,
+    /// and a record's ~100 terms are one allocation, not one each.
+    terms: String,
 }
 
 impl FtsDoc {
     /// The FTS body of a record with this text and these keywords.
     pub fn of(text: &str, keywords: &[String]) -> FtsDoc {
-        let mut doc = FtsDoc::default();
+        let mut doc = FtsDoc {
+            len: 0,
+            // The terms are at most the bodies' bytes, a space added to each.
+            terms: String::with_capacity(
+                text.len() + keywords.iter().map(|k| k.len() + 1).sum::<usize>(),
+            ),
+        };
         let mut push = |t: Option<&str>| {
             doc.len += 1;
             if let Some(t) = t {
-                doc.terms.push(t.to_owned());
+                doc.terms.push_str(t);
+                doc.terms.push(' ');
             }
         };
         // The body joins text and keywords with spaces, and a space separates tokens.
@@ -122,12 +131,20 @@ impl FtsDoc {
         doc
     }
 
+    /// The all-ASCII folded tokens, in order, repeats kept.
+    pub fn terms(&self) -> impl Iterator<Item = &str> + '_ {
+        self.terms.split_terminator(' ')
+    }
+
     /// How often each of `terms` occurs.
     pub fn freqs(&self, terms: &[String]) -> Vec<u32> {
-        terms
-            .iter()
-            .map(|t| self.terms.iter().filter(|d| *d == t).count() as u32)
-            .collect()
+        let mut out = vec![0u32; terms.len()];
+        for d in self.terms() {
+            for (n, t) in out.iter_mut().zip(terms) {
+                *n += u32::from(d == t);
+            }
+        }
+        out
     }
 }
 
@@ -249,6 +266,23 @@ mod tests {
         let mut out = Vec::new();
         for_each_fts_token(text, |t| out.push(t.map(str::to_owned)));
         out
+    }
+
+    #[test]
+    fn a_document_holds_its_matchable_tokens_in_order_and_counts_every_token() {
+        let keywords = ["Café".to_owned(), "日本 npm".to_owned(), String::new()];
+        let doc = FtsDoc::of("npm CI  fails; npm ci fixes it", &keywords);
+        assert_eq!(
+            doc.terms().collect::<Vec<_>>(),
+            ["npm", "ci", "fails", "npm", "ci", "fixes", "it", "cafe", "npm"]
+        );
+        // "日本" is a token that no query term can equal: counted, not held.
+        assert_eq!(doc.len, 10);
+        let terms = ["npm".to_owned(), "ci".to_owned(), "absent".to_owned()];
+        assert_eq!(doc.freqs(&terms), [3, 2, 0]);
+        let empty = FtsDoc::of("—", &[]);
+        assert_eq!((empty.len, empty.terms().count()), (0, 0));
+        assert_eq!(empty.freqs(&terms), [0, 0, 0]);
     }
 
     #[test]

@@ -51,10 +51,9 @@ pub enum IndexOp {
         id: String,
         /// Its scope key.
         scope: String,
-        /// Its text.
-        text: String,
-        /// Its keywords.
-        keywords: Vec<String>,
+        /// Its FTS body, computed once for the index and for retrieve's view of the writes
+        /// not yet committed to it.
+        fts: std::sync::Arc<FtsDoc>,
     },
     /// A record that is no longer active (or does not exist).
     Delete {
@@ -216,22 +215,16 @@ impl KeywordIndex {
         let writer = guard.as_ref().ok_or_else(finished)?;
         for op in ops {
             match op {
-                IndexOp::Upsert {
-                    id,
-                    scope,
-                    text,
-                    keywords,
-                } => {
+                IndexOp::Upsert { id, scope, fts } => {
                     writer.delete_term(Term::from_field_text(self.f_id, id));
                     let Some(RecordId { seq, .. }) = RecordId::parse(id) else {
                         return Err(Error::index(format!("{id:?} is not a record id")));
                     };
-                    let fts = FtsDoc::of(text, keywords);
                     let mut doc = TantivyDocument::default();
                     doc.add_text(self.f_id, id);
                     doc.add_u64(self.f_seq, seq);
                     doc.add_u64(self.f_len, u64::from(fts.len));
-                    doc.add_text(self.f_body, body(scope, &fts));
+                    doc.add_text(self.f_body, body(scope, fts));
                     writer
                         .add_document(doc)
                         .map_err(|e| index_err("adding a document", e))?;
@@ -412,7 +405,7 @@ fn remove_orphans(dir: &Path) -> Result<()> {
 /// The indexed body: the record's matchable FTS terms, scoped, joined by spaces.
 fn body(scope: &str, fts: &FtsDoc) -> String {
     let mut out = String::new();
-    for t in &fts.terms {
+    for t in fts.terms() {
         if !out.is_empty() {
             out.push(' ');
         }

@@ -500,8 +500,7 @@ impl ListFilter {
             ListFilter::All => true,
             ListFilter::Nothing => false,
             ListFilter::Tokens(wanted) => crate::fts::FtsDoc::of(&record.text, &record.keywords)
-                .terms
-                .iter()
+                .terms()
                 .any(|t| wanted.contains(t)),
         }
     }

@@ -52,23 +52,20 @@ impl Ops {
 pub(super) struct PendingDoc {
     pub(super) scope: ScopeKey,
     pub(super) seq: u64,
-    /// The record's FTS body, as the index will hold it.
-    pub(super) doc: FtsDoc,
+    /// The record's FTS body, as the index will hold it (shared with its index operation).
+    pub(super) doc: std::sync::Arc<FtsDoc>,
 }
 
 impl PendingDoc {
     pub(super) fn from_op(op: &IndexOp) -> Option<PendingDoc> {
-        let IndexOp::Upsert {
-            id, text, keywords, ..
-        } = op
-        else {
+        let IndexOp::Upsert { id, fts, .. } = op else {
             return None;
         };
         let RecordId { scope, seq } = RecordId::parse(id)?;
         Some(PendingDoc {
             scope,
             seq,
-            doc: FtsDoc::of(text, keywords),
+            doc: std::sync::Arc::clone(fts),
         })
     }
 }

@@ -219,8 +219,7 @@ impl Shared {
         IndexOp::Upsert {
             id: r.id.clone(),
             scope: r.scope_key.as_str().to_owned(),
-            text: r.text.clone(),
-            keywords: r.keywords.to_vec(),
+            fts: Arc::new(FtsDoc::of(&r.text, &r.keywords)),
         }
     }
 

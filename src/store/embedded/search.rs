@@ -203,13 +203,13 @@ impl ScopeSearch {
     /// `record` with its FTS terms and its ranking tokens, the tokens held in `words`.
     fn doc_of(&mut self, record: Arc<Record>) -> SearchDoc {
         let fts = FtsDoc::of(&record.text, &record.keywords);
-        let mut sorted: Vec<&String> = fts.terms.iter().collect();
+        let mut sorted: Vec<&str> = fts.terms().collect();
         sorted.sort_unstable();
         let mut terms: Vec<(Box<str>, u32)> = Vec::new();
         for t in sorted {
             match terms.last_mut() {
-                Some((last, n)) if **last == **t => *n += 1,
-                _ => terms.push((t.as_str().into(), 1)),
+                Some((last, n)) if **last == *t => *n += 1,
+                _ => terms.push((t.into(), 1)),
             }
         }
         // The distinct tokens of the text and the keywords, as `rank::record_tokens` gives

@@ -16,27 +16,29 @@ pub(super) struct ScopeFts {
 impl ScopeFts {
     /// Counts a record entering (`true`) or leaving the active set.
     pub(super) fn apply(&mut self, doc: &FtsDoc, entering: bool) {
-        let mut distinct: Vec<&String> = doc.terms.iter().collect();
+        let mut distinct: Vec<&str> = doc.terms().collect();
         distinct.sort_unstable();
         distinct.dedup();
         if entering {
             self.totals.rows += 1;
             self.totals.tokens += u64::from(doc.len);
             for t in distinct {
-                let n = self.hits.entry(t.clone()).or_insert(0);
-                if *n == 0 {
-                    self.term_bytes += t.len();
+                match self.hits.get_mut(t) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.hits.insert(t.to_owned(), 1);
+                        self.term_bytes += t.len();
+                    }
                 }
-                *n += 1;
             }
         } else {
             self.totals.rows = self.totals.rows.saturating_sub(1);
             self.totals.tokens = self.totals.tokens.saturating_sub(u64::from(doc.len));
             for t in distinct {
-                if let Some(n) = self.hits.get_mut(t.as_str()) {
+                if let Some(n) = self.hits.get_mut(t) {
                     *n = n.saturating_sub(1);
                     if *n == 0 {
-                        self.hits.remove(t.as_str());
+                        self.hits.remove(t);
                         self.term_bytes = self.term_bytes.saturating_sub(t.len());
                     }
                 }
