@@ -108,12 +108,17 @@ pub struct FtsDoc {
 
 impl FtsDoc {
     /// The FTS body of a record with this text and these keywords.
-    pub fn of(text: &str, keywords: &[String]) -> FtsDoc {
+    pub fn of<K: AsRef<str>>(text: &str, keywords: impl IntoIterator<Item = K> + Clone) -> FtsDoc {
         let mut doc = FtsDoc {
             len: 0,
             // The terms are at most the bodies' bytes, a space added to each.
             terms: String::with_capacity(
-                text.len() + keywords.iter().map(|k| k.len() + 1).sum::<usize>(),
+                text.len()
+                    + keywords
+                        .clone()
+                        .into_iter()
+                        .map(|k| k.as_ref().len() + 1)
+                        .sum::<usize>(),
             ),
         };
         let mut push = |t: Option<&str>| {
@@ -126,7 +131,7 @@ impl FtsDoc {
         // The body joins text and keywords with spaces, and a space separates tokens.
         for_each_fts_token(text, &mut push);
         for k in keywords {
-            for_each_fts_token(k, &mut push);
+            for_each_fts_token(k.as_ref(), &mut push);
         }
         doc
     }
@@ -226,8 +231,8 @@ pub(crate) fn order_pool(hits: &mut Vec<(f64, u64)>, pool: usize) {
 /// The whole prefilter over a scope's active records `(seq, text, keywords)`: the sequence
 /// numbers of the pool, best first. The in-memory store's retrieve, and the reference the
 /// embedded store's indexed path is tested against.
-pub fn pool<'a>(
-    records: impl IntoIterator<Item = (u64, &'a str, &'a [String])>,
+pub fn pool<'a, K: IntoIterator<Item = impl AsRef<str>> + Clone>(
+    records: impl IntoIterator<Item = (u64, &'a str, K)>,
     terms: &[String],
     pool: usize,
 ) -> Vec<u64> {
@@ -261,6 +266,7 @@ pub fn pool<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Keywords;
 
     fn tokens(text: &str) -> Vec<Option<String>> {
         let mut out = Vec::new();
@@ -280,7 +286,7 @@ mod tests {
         assert_eq!(doc.len, 10);
         let terms = ["npm".to_owned(), "ci".to_owned(), "absent".to_owned()];
         assert_eq!(doc.freqs(&terms), [3, 2, 0]);
-        let empty = FtsDoc::of("—", &[]);
+        let empty = FtsDoc::of("—", &Keywords::new());
         assert_eq!((empty.len, empty.terms().count()), (0, 0));
         assert_eq!(empty.freqs(&terms), [0, 0, 0]);
     }

@@ -20,7 +20,10 @@ pub const KEYWORD_WEIGHT: f64 = 0.7;
 pub const RECENCY_WEIGHT: f64 = 0.3;
 
 /// The set of tokens a record can match: its text's and its keywords'.
-pub fn record_tokens(text: &str, keywords: &[String]) -> HashSet<String> {
+pub fn record_tokens(
+    text: &str,
+    keywords: impl IntoIterator<Item = impl AsRef<str>>,
+) -> HashSet<String> {
     let mut set = HashSet::new();
     let mut add = |t: &str| {
         if !set.contains(t) {
@@ -29,7 +32,7 @@ pub fn record_tokens(text: &str, keywords: &[String]) -> HashSet<String> {
     };
     for_each_token(text, &mut add);
     for k in keywords {
-        for_each_token(k, &mut add);
+        for_each_token(k.as_ref(), &mut add);
     }
     set
 }
@@ -83,7 +86,7 @@ impl QueryMatcher {
     }
 
     /// [`keyword_score`] of a record with this text and these keywords.
-    pub fn score(&self, text: &str, keywords: &[String]) -> f64 {
+    pub fn score(&self, text: &str, keywords: impl IntoIterator<Item = impl AsRef<str>>) -> f64 {
         if self.total == 0 {
             return 0.0;
         }
@@ -99,7 +102,7 @@ impl QueryMatcher {
         };
         for_each_token(text, &mut visit);
         for k in keywords {
-            for_each_token(k, &mut visit);
+            for_each_token(k.as_ref(), &mut visit);
         }
         hits as f64 / self.total as f64
     }
@@ -147,7 +150,7 @@ mod tests {
     #[test]
     fn keyword_counts_duplicate_query_tokens() {
         let q = tokenize("npm npm ci yarn");
-        let set = record_tokens("run npm ci", &[]);
+        let set = record_tokens("run npm ci", [""; 0]);
         assert!((keyword_score(&q, &set) - 0.75).abs() < 1e-12);
         let kw = record_tokens("x", &["Yarn".to_owned()]);
         assert!((keyword_score(&q, &kw) - 0.25).abs() < 1e-12);

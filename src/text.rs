@@ -24,7 +24,7 @@ pub fn tokenize(text: &str) -> Vec<String> {
 /// The number of runs of ASCII letters and digits in `text`: exactly its token count when it is
 /// ASCII (lowercasing an ASCII text moves no character in or out of `[a-z0-9]`), a hint
 /// otherwise.
-fn ascii_runs(text: &str) -> usize {
+pub(crate) fn ascii_runs(text: &str) -> usize {
     let mut runs = 0;
     let mut inside = false;
     for b in text.bytes() {

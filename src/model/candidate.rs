@@ -122,9 +122,9 @@ impl Candidate {
                         "{at}.keywords must be an array of at most {MAX_KEYWORDS} short strings"
                     )
                 })?;
-                k.as_slice().into()
+                super::Keywords::from(k.as_slice())
             }
-            None => default_keywords(&self.text).into(),
+            None => default_keywords(&self.text),
         };
         let bounded = |name: &str, v: &Option<String>| -> Result<(), String> {
             match v {
@@ -188,7 +188,7 @@ pub struct ValidCandidate {
     /// The keywords as sent (the bot's content hash covers them); the text's tokens when the
     /// writer sent none, empty when it sent `[]`. Shared with the record it becomes, so a write
     /// allocates a record's ~50 default keywords once, not twice.
-    pub keywords: std::sync::Arc<[String]>,
+    pub keywords: super::Keywords,
     /// Provenance: the thread.
     pub source_thread_key: String,
     /// Provenance: the run.
@@ -223,7 +223,7 @@ impl ValidCandidate {
             scope_key: scope.clone(),
             kind: self.kind,
             text: self.text.clone(),
-            keywords: std::sync::Arc::clone(&self.keywords),
+            keywords: self.keywords.clone(),
             source_thread_key: self.source_thread_key.clone(),
             source_run_id: self.source_run_id.clone(),
             provenance,
@@ -250,7 +250,7 @@ mod tests {
             .validate(&scope, 0)
             .expect("valid");
         assert_eq!(
-            ok.keywords[..],
+            ok.keywords,
             ["run", "npm", "ci", "run", "it"],
             "none sent: the text's tokens, repeats kept"
         );
@@ -278,7 +278,7 @@ mod tests {
         let mut kw = Candidate::fact("x", "t");
         kw.keywords = Some(vec!["NPM".into(), "npm".into(), "Ci".into()]);
         assert_eq!(
-            kw.validate(&scope, 0).expect("ok").keywords[..],
+            kw.validate(&scope, 0).expect("ok").keywords,
             ["NPM", "npm", "Ci"],
             "stored as sent: the bot's content hash covers them"
         );

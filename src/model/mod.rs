@@ -10,11 +10,10 @@
 //! below; the store never re-checks them.
 
 mod candidate;
+mod keywords;
 mod scope;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +21,7 @@ use crate::text::utf16_len;
 use scope::split_record_id;
 
 pub use candidate::{Candidate, ValidCandidate};
+pub use keywords::{Keywords, KeywordsBuilder};
 pub use scope::{RecordId, ScopeKey};
 
 /// The most characters a scope key may have.
@@ -118,7 +118,7 @@ pub struct Record {
     /// tokens are dozens of strings, and a copy of the record (a `list`, a retrieve's answer)
     /// copies a pointer instead.
     #[serde(default)]
-    pub keywords: Arc<[String]>,
+    pub keywords: Keywords,
     /// Provenance: the thread.
     pub source_thread_key: String,
     /// Provenance: the run.
@@ -163,7 +163,7 @@ struct WireRecord<'a> {
     scope_key: &'a ScopeKey,
     kind: Kind,
     text: &'a str,
-    keywords: Cow<'a, [String]>,
+    keywords: &'a Keywords,
     source_thread_key: &'a str,
     created_at: i64,
     use_count: u64,
@@ -252,8 +252,11 @@ impl Record {
 }
 
 /// The keywords a record gets when the writer sent none: every token of its text, repeats kept.
-pub fn default_keywords(text: &str) -> Vec<String> {
-    crate::text::tokenize(text)
+pub fn default_keywords(text: &str) -> Keywords {
+    // Sized once: an ASCII text's token count is its runs of letters and digits.
+    let mut b = KeywordsBuilder::with_capacity(crate::text::ascii_runs(text), text.len());
+    crate::text::for_each_token(text, |t| b.push(t));
+    b.finish()
 }
 
 /// The hash the bot seals a record with: SHA-256, as lowercase hex, of the JSON of
@@ -264,7 +267,7 @@ pub fn content_hash(
     scope: &ScopeKey,
     kind: Kind,
     text: &str,
-    keywords: &[String],
+    keywords: impl IntoIterator<Item = impl AsRef<str>>,
     source_thread_key: &str,
     source_run_id: Option<&str>,
 ) -> String {
@@ -278,11 +281,11 @@ pub fn content_hash(
     field(&mut json, ",\"kind\":", kind.as_str());
     field(&mut json, ",\"text\":", text);
     json.push_str(",\"keywords\":[");
-    for (i, k) in keywords.iter().enumerate() {
+    for (i, k) in keywords.into_iter().enumerate() {
         if i > 0 {
             json.push(',');
         }
-        crate::json::write_string(k, &mut json);
+        crate::json::write_string(k.as_ref(), &mut json);
     }
     json.push(']');
     field(&mut json, ",\"sourceThreadKey\":", source_thread_key);
@@ -298,8 +301,8 @@ pub fn content_hash(
 
 impl Record {
     /// The keywords as the wire shows them: exactly as stored.
-    pub fn wire_keywords(&self) -> Cow<'_, [String]> {
-        Cow::Borrowed(&self.keywords)
+    pub fn wire_keywords(&self) -> &Keywords {
+        &self.keywords
     }
 
     /// This record's content hash (see [`content_hash`]).
@@ -349,7 +352,7 @@ impl Record {
         }
         // An export shows a record without keywords with its text's tokens, which may be longer
         // than a writer's keyword may be: those must import again, or a backup cannot be restored.
-        if *self.keywords != *default_keywords(&self.text) {
+        if self.keywords != default_keywords(&self.text) {
             check_keywords(&self.keywords)?;
         }
         if let Some(p) = &self.provenance {
@@ -416,14 +419,18 @@ fn check_confidence(c: f64) -> Result<(), String> {
     }
 }
 
-fn check_keywords(keywords: &[String]) -> Result<(), String> {
-    if keywords.len() > MAX_KEYWORDS {
+fn check_keywords(keywords: impl IntoIterator<Item = impl AsRef<str>>) -> Result<(), String> {
+    let mut count = 0;
+    let mut bad = false;
+    for k in keywords {
+        let k = k.as_ref();
+        count += 1;
+        bad |= k.is_empty() || utf16_len(k) > MAX_KEYWORD_UNITS;
+    }
+    if count > MAX_KEYWORDS {
         return Err(format!("keywords must hold at most {MAX_KEYWORDS} entries"));
     }
-    if keywords
-        .iter()
-        .any(|k| k.is_empty() || utf16_len(k) > MAX_KEYWORD_UNITS)
-    {
+    if bad {
         return Err(format!(
             "each keyword must be 1 to {MAX_KEYWORD_UNITS} UTF-16 units"
         ));
@@ -493,10 +500,17 @@ mod tests {
             h,
             "5fbb98d56bbc246d7304a4390e6aac5dd24170d1d644a9be111d2b9ef17fdb59"
         );
-        let with_run = content_hash(&scope, Kind::Fact, "x", &[], "t", Some(""));
+        let with_run = content_hash(
+            &scope,
+            Kind::Fact,
+            "x",
+            Keywords::new().iter(),
+            "t",
+            Some(""),
+        );
         assert_ne!(
             with_run,
-            content_hash(&scope, Kind::Fact, "x", &[], "t", None)
+            content_hash(&scope, Kind::Fact, "x", Keywords::new().iter(), "t", None)
         );
     }
 

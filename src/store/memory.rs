@@ -274,7 +274,7 @@ impl MemoryStore for InMemoryStore {
             records
                 .iter()
                 .filter(|(_, r)| r.status == Status::Active)
-                .map(|(seq, r)| (*seq, r.text.as_str(), &r.keywords[..])),
+                .map(|(seq, r)| (*seq, r.text.as_str(), &r.keywords)),
             &terms,
             crate::fts::pool_size(limit),
         );

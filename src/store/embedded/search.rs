@@ -524,7 +524,7 @@ mod tests {
                 let want = crate::fts::pool(
                     records
                         .iter()
-                        .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), &r.keywords[..])),
+                        .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), &r.keywords)),
                     &terms,
                     size,
                 );

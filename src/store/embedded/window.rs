@@ -39,7 +39,10 @@ pub(super) fn size_of(r: &Record) -> usize {
     FIXED
         + r.id.len()
         + r.text.len()
-        + r.keywords.iter().map(|k| k.len() + 24).sum::<usize>()
+        // One string, one end per keyword, and the shared header.
+        + r.keywords.total_len()
+        + r.keywords.len() * 4
+        + 64
         + r.source_thread_key.len()
         + r.source_run_id.as_ref().map_or(0, String::len)
         + r.supersedes.as_ref().map_or(0, String::len)
