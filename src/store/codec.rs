@@ -492,6 +492,21 @@ mod tests {
             "the stored format is postcard's, whatever the buffer"
         );
         assert_eq!(decode_record(&bytes, Some(&scope)).expect("decode"), r);
+        // A record cut short anywhere, or with its keywords' count raised, is an error, never
+        // a panic or a shorter record.
+        for cut in 0..bytes.len() {
+            assert!(
+                decode_record(&bytes[..cut], Some(&scope)).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let count = bytes
+            .windows(2)
+            .position(|w| w == [3, 3])
+            .expect("the keywords' count, then the first keyword's length");
+        let mut more = bytes.clone();
+        more[count] = 0x7f;
+        assert!(decode_record(&more, Some(&scope)).is_err());
         let meta = ScopeMeta::default();
         let mut want = vec![FORMAT_VERSION];
         want.extend(postcard::to_stdvec(&meta).expect("postcard"));
