@@ -10,7 +10,7 @@
 // Data from disk and the network flows through here: no indexing or expect that could panic.
 #![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
 
-mod codec;
+pub(crate) mod codec;
 mod embedded;
 mod journal;
 mod memory;

@@ -71,3 +71,16 @@ fn provenance_corpus_replays() {
         lessons::fuzzing::provenance(&data);
     }
 }
+
+#[test]
+fn record_corpus_replays() {
+    let files = corpus("record");
+    assert!(
+        files.len() >= 10,
+        "the record corpus is too small: {}",
+        files.len()
+    );
+    for (_, data) in files {
+        lessons::fuzzing::record(&data);
+    }
+}
