@@ -105,24 +105,12 @@ pub(crate) fn for_each_token(text: &str, mut f: impl FnMut(&str)) {
 /// assert_eq!(lessons::text::normalize("  Run  NPM\tci \u{FEFF}"), "run npm ci");
 /// ```
 pub fn normalize(text: &str) -> String {
-    if !text.is_ascii() {
-        return collapse_whitespace(&text.to_lowercase());
+    if text.is_ascii() {
+        // Nearly every lesson: lowercased as it is collapsed, one pass and one allocation.
+        collapse_chars(text.chars().map(|c| c.to_ascii_lowercase()), text.len())
+    } else {
+        collapse_whitespace(&text.to_lowercase())
     }
-    // ASCII (nearly every lesson): lowercase and collapse in one pass and one allocation.
-    let mut out = String::with_capacity(text.len());
-    let mut pending_space = false;
-    for b in text.bytes() {
-        if matches!(b, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ') {
-            pending_space = !out.is_empty();
-        } else {
-            if pending_space {
-                out.push(' ');
-                pending_space = false;
-            }
-            out.push(char::from(b.to_ascii_lowercase()));
-        }
-    }
-    out
 }
 
 /// A field made safe for the prompt block: control characters (U+0000–U+001F, U+007F–U+009F,
@@ -177,9 +165,14 @@ fn is_control(c: char) -> bool {
 
 /// Trims JavaScript whitespace from both ends and collapses every inner run to one space.
 fn collapse_whitespace(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
+    collapse_chars(text.chars(), text.len())
+}
+
+/// [`collapse_whitespace`] over characters as they come, `capacity` bytes reserved.
+fn collapse_chars(chars: impl Iterator<Item = char>, capacity: usize) -> String {
+    let mut out = String::with_capacity(capacity);
     let mut pending_space = false;
-    for c in text.chars() {
+    for c in chars {
         if is_js_whitespace(c) {
             pending_space = !out.is_empty();
         } else {

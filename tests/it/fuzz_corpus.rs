@@ -20,67 +20,41 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
-#[test]
-fn gate_corpus_replays() {
-    let files = corpus("gate");
+/// Replays `target`'s corpus through its body, which panics on a broken property; a corpus
+/// smaller than `at_least` files is itself a failure (a lost directory would pass silently).
+fn replay(target: &str, at_least: usize, body: fn(&[u8])) {
+    let files = corpus(target);
     assert!(
-        files.len() >= 50,
-        "the gate corpus is too small: {}",
+        files.len() >= at_least,
+        "the {target} corpus is too small: {}",
         files.len()
     );
     for (_, data) in files {
-        lessons::fuzzing::gate(&data);
+        body(&data);
     }
+}
+
+#[test]
+fn gate_corpus_replays() {
+    replay("gate", 50, lessons::fuzzing::gate);
 }
 
 #[test]
 fn reflection_corpus_replays() {
-    let files = corpus("reflection");
-    assert!(
-        files.len() >= 10,
-        "the reflection corpus is too small: {}",
-        files.len()
-    );
-    for (_, data) in files {
-        lessons::fuzzing::reflection(&data);
-    }
+    replay("reflection", 10, lessons::fuzzing::reflection);
 }
 
 #[test]
 fn wire_corpus_replays() {
-    let files = corpus("wire");
-    assert!(
-        files.len() >= 10,
-        "the wire corpus is too small: {}",
-        files.len()
-    );
-    for (_, data) in files {
-        lessons::fuzzing::wire(&data);
-    }
+    replay("wire", 10, lessons::fuzzing::wire);
 }
 
 #[test]
 fn provenance_corpus_replays() {
-    let files = corpus("provenance");
-    assert!(
-        files.len() >= 10,
-        "the provenance corpus is too small: {}",
-        files.len()
-    );
-    for (_, data) in files {
-        lessons::fuzzing::provenance(&data);
-    }
+    replay("provenance", 10, lessons::fuzzing::provenance);
 }
 
 #[test]
 fn record_corpus_replays() {
-    let files = corpus("record");
-    assert!(
-        files.len() >= 10,
-        "the record corpus is too small: {}",
-        files.len()
-    );
-    for (_, data) in files {
-        lessons::fuzzing::record(&data);
-    }
+    replay("record", 10, lessons::fuzzing::record);
 }
