@@ -736,8 +736,30 @@ fn a_remote_read_failure_degrades_and_an_older_server_is_reported_as_unsupported
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten().take(1) {
             let mut stream = stream;
+            // Read the whole request first: closing a socket with unread bytes sends a reset,
+            // which the client may see instead of the answer (it did, under a loaded machine).
+            let mut got = Vec::new();
             let mut buf = [0u8; 4096];
-            let _ = stream.read(&mut buf);
+            while let Ok(n) = stream.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            let (name, value) = l.split_once(':')?;
+                            name.eq_ignore_ascii_case("content-length")
+                                .then(|| value.trim().parse::<usize>().ok())?
+                        })
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+            }
             let body = r#"{"error":"not found"}"#;
             let _ = write!(stream, "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
         }
