@@ -55,10 +55,10 @@ impl ContextConfig {
         if self.max_tokens == 0 {
             return Err(crate::Error::invalid("maxTokens must be at least 1"));
         }
-        if self.repo_window > crate::store::MAX_LIMIT {
+        if self.repo_window > crate::limits::MAX_LIMIT {
             return Err(crate::Error::invalid(format!(
                 "repoWindow must be between 0 and {}",
-                crate::store::MAX_LIMIT
+                crate::limits::MAX_LIMIT
             )));
         }
         Ok(())

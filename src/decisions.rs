@@ -170,8 +170,6 @@ impl DecisionQuery {
     }
 }
 
-/// The most entries one journal read answers.
-pub const MAX_JOURNAL_LIMIT: usize = 1000;
 /// Entries older than this many days are pruned (configurable: `journalDays`).
 pub const DEFAULT_JOURNAL_DAYS: u32 = 90;
 /// Entries per scope beyond this are pruned, oldest first (configurable: `journalCap`).

@@ -92,8 +92,8 @@ pub fn wire(data: &[u8]) {
             cap,
             ..
         }) => {
-            assert!(records.len() <= crate::store::MAX_BATCH);
-            assert!(cap.is_none_or(|c| (1..=crate::plan::MAX_CAP).contains(&c)));
+            assert!(records.len() <= crate::limits::MAX_BATCH);
+            assert!(cap.is_none_or(|c| (1..=crate::limits::MAX_CAP).contains(&c)));
             for (i, c) in records.iter().enumerate() {
                 assert!(
                     c.validate(&scope, i).is_ok(),
@@ -102,11 +102,11 @@ pub fn wire(data: &[u8]) {
             }
         }
         Ok(Body::Retrieve { query, limit, .. }) => {
-            assert!((1..=crate::store::MAX_LIMIT).contains(&limit));
-            assert!(crate::text::utf16_len(&query) <= crate::store::MAX_QUERY_UNITS);
+            assert!((1..=crate::limits::MAX_LIMIT).contains(&limit));
+            assert!(crate::text::utf16_len(&query) <= crate::limits::MAX_QUERY_UNITS);
         }
         Ok(Body::List { query, .. }) => {
-            assert!((1..=crate::store::MAX_LIMIT).contains(&query.limit))
+            assert!((1..=crate::limits::MAX_LIMIT).contains(&query.limit))
         }
         Ok(_) => {}
         Err(reason) => assert!(!reason.is_empty()),

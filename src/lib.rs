@@ -72,6 +72,9 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod cli;
 pub mod context;
 pub mod contract;
 pub mod decisions;
@@ -82,11 +85,12 @@ mod fts_tables;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gate;
-mod index;
+#[doc(hidden)]
+pub mod internals;
 pub mod json;
+mod limits;
 pub mod memory;
 pub mod model;
-mod plan;
 pub mod provenance;
 pub mod rank;
 pub mod redact;
@@ -98,6 +102,7 @@ pub mod review;
 pub mod server;
 pub mod store;
 pub mod text;
+mod time;
 
 pub use context::{ContextConfig, RunScopes};
 pub use decisions::{Decision, DecisionEvent, DecisionQuery};
@@ -110,3 +115,4 @@ pub use store::{
     Durability, EmbeddedStore, InMemoryStore, ListQuery, MemoryStore, SweepReceipt, Window,
     WriteOptions,
 };
+pub use time::{system_clock, Clock, Millis};

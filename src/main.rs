@@ -5,10 +5,8 @@
 
 #![forbid(unsafe_code)]
 
-mod cli;
-
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    cli::run(std::env::args_os())
+    lessons::cli::run(std::env::args_os())
 }

@@ -12,11 +12,12 @@
 use std::collections::BTreeMap;
 
 use crate::context::{assemble, pool, ContextConfig, RunScopes};
+use crate::limits::{MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::model::{Kind, Record, ScopeKey};
 use crate::reflect::{
     parse_reflection, route, Origin, ReflectionOutcome, Shown, SHOWN_PER_SCOPE, SHOWN_QUERY_UNITS,
 };
-use crate::store::{MemoryStore, WriteOptions, MAX_LIMIT, MAX_QUERY_UNITS};
+use crate::store::{MemoryStore, WriteOptions};
 use crate::text::head_utf16;
 use crate::Result;
 
@@ -99,7 +100,7 @@ pub fn context_block(
     brief: &str,
     config: &ContextConfig,
 ) -> Option<String> {
-    let now = crate::store::system_clock()();
+    let now = crate::time::system_clock()();
     let ctx = build_context(store, run, brief, config, now);
     for w in &ctx.warnings {
         log::warn!("{w}");

@@ -36,8 +36,6 @@ pub const TRANSCRIPT_TAIL: usize = 24_000;
 pub const SHOWN_QUERY_UNITS: usize = 2_000;
 /// Records per scope the reflection-time retrieve shows the extractor.
 pub const SHOWN_PER_SCOPE: usize = 8;
-/// A reply longer than this (bytes) is read only this far.
-pub const MAX_REPLY_BYTES: usize = 256 * 1024;
 
 /// Who a fact is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -194,7 +192,7 @@ pub struct Reflection {
 /// Finds the reply's JSON envelope: tolerates a code fence (closed or not), a lead-in line and
 /// a trailing remark. Tries each `{` in turn, a bounded number of times.
 fn find_envelope(reply: &str) -> Result<serde_json::Map<String, Value>, String> {
-    let reply = &reply[..floor_char_boundary(reply, MAX_REPLY_BYTES)];
+    let reply = &reply[..floor_char_boundary(reply, crate::limits::MAX_REPLY_BYTES)];
     let mut attempts = 0;
     let mut last_object = false;
     for (i, _) in reply.match_indices('{') {
@@ -269,7 +267,7 @@ pub fn parse_reflection(reply: &str, shown: &[Shown]) -> Reflection {
             out.dropped += 1;
             continue;
         };
-        if utf16_len(&text) > crate::model::MAX_TEXT_UNITS {
+        if utf16_len(&text) > crate::limits::MAX_TEXT_UNITS {
             out.dropped += 1;
             continue;
         }
@@ -288,7 +286,7 @@ pub fn parse_reflection(reply: &str, shown: &[Shown]) -> Reflection {
             for k in list.iter().filter_map(Value::as_str) {
                 let k = redact_secrets(k).trim().to_lowercase();
                 if !k.is_empty()
-                    && utf16_len(&k) <= crate::model::MAX_KEYWORD_UNITS
+                    && utf16_len(&k) <= crate::limits::MAX_KEYWORD_UNITS
                     && !keywords.contains(&k)
                     && keywords.len() < MAX_FACT_KEYWORDS
                 {
@@ -331,7 +329,7 @@ pub fn parse_reflection(reply: &str, shown: &[Shown]) -> Reflection {
         other => clean_text(other),
     };
     if let Some(text) = summary_text {
-        if utf16_len(&text) <= crate::model::MAX_TEXT_UNITS {
+        if utf16_len(&text) <= crate::limits::MAX_TEXT_UNITS {
             let audience = out
                 .facts
                 .iter()

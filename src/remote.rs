@@ -282,7 +282,7 @@ impl MemoryStore for RemoteStore {
     /// Sends the records in requests that stay under the server's body limit (by bytes, not
     /// only by count: records differ a hundredfold in size).
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
-        const BUDGET: usize = crate::model::MAX_BODY_BYTES - 16 * 1024;
+        const BUDGET: usize = crate::limits::MAX_BODY_BYTES - 16 * 1024;
         let mut report = ImportReport::default();
         let mut chunk: Vec<&Record> = Vec::new();
         let mut size = 0;
@@ -311,7 +311,7 @@ impl MemoryStore for RemoteStore {
                     r.id
                 )));
             }
-            if size + n > BUDGET || chunk.len() == crate::model::MAX_IMPORT {
+            if size + n > BUDGET || chunk.len() == crate::limits::MAX_IMPORT {
                 flush(&mut chunk, &mut report)?;
                 size = 0;
             }
@@ -354,7 +354,7 @@ impl MemoryStore for RemoteStore {
     }
 
     fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {
-        const BUDGET: usize = crate::model::MAX_BODY_BYTES - 16 * 1024;
+        const BUDGET: usize = crate::limits::MAX_BODY_BYTES - 16 * 1024;
         let mut added = 0;
         let mut chunk: Vec<&Decision> = Vec::new();
         let mut size = 0;
@@ -376,7 +376,7 @@ impl MemoryStore for RemoteStore {
                 .map_err(|e| Error::format(e.to_string()))?
                 .len()
                 + 1;
-            if size + n > BUDGET || chunk.len() == crate::model::MAX_IMPORT {
+            if size + n > BUDGET || chunk.len() == crate::limits::MAX_IMPORT {
                 flush(&mut chunk, &mut added)?;
                 size = 0;
             }

@@ -17,10 +17,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::decisions::{DecisionEvent, DecisionQuery, MAX_JOURNAL_LIMIT};
+use crate::decisions::{DecisionEvent, DecisionQuery};
 use crate::error::Result;
+use crate::limits::MAX_JOURNAL_LIMIT;
 use crate::model::{Kind, ScopeKey};
-use crate::store::{day_of, format_day, DayCounters, MemoryStore};
+use crate::store::{DayCounters, MemoryStore};
+use crate::time::{day_of, format_day};
 
 /// The thresholds (configurable: `reviewMaxInsertedPerDay`, `reviewMaxRejectedRatio`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -147,7 +149,7 @@ pub fn review(
     let days = days.clamp(1, 3650);
     let today = day_of(now);
     let first = today - i64::from(days) + 1;
-    let since_ms = first.saturating_mul(86_400_000);
+    let since_ms = first.saturating_mul(crate::time::DAY_MS);
     let mut totals: BTreeMap<ScopeKey, DayCounters> = BTreeMap::new();
     for d in store.stats(first)? {
         totals.entry(d.scope_key).or_default().merge(&d.counters);

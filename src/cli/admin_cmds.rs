@@ -3,9 +3,10 @@
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
+use crate::store::DayStats;
+use crate::time::{day_of, system_clock};
+use crate::Record;
 use clap::Args;
-use lessons::store::{day_of, system_clock, DayStats};
-use lessons::Record;
 use serde_json::json;
 
 use super::store_cmds::{fail, open_handle, open_store, out, store_dir};
@@ -13,7 +14,7 @@ use super::{emit, to_json, Cli, Failure, Outcome};
 
 // ---- export / import ----
 
-pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
+pub(crate) fn export(cli: &Cli) -> Result<Outcome, Failure> {
     let handle = open_handle(cli, false)?;
     let store = handle.store();
     let mut o = out();
@@ -21,10 +22,10 @@ pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
     store
         .export(&mut |r| {
             let line = serde_json::to_string(&r)
-                .map_err(|e| lessons::Error::format(format!("encoding {}: {e}", r.id)))?;
+                .map_err(|e| crate::Error::format(format!("encoding {}: {e}", r.id)))?;
             if let Err(f) = emit(&mut o, &line) {
                 failure = Some(f);
-                return Err(lessons::Error::new(lessons::ErrorKind::Io, "stdout closed"));
+                return Err(crate::Error::new(crate::ErrorKind::Io, "stdout closed"));
             }
             Ok(())
         })
@@ -35,7 +36,7 @@ pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
             let line = json!({ "decision": d }).to_string();
             if let Err(f) = emit(&mut o, &line) {
                 failure = Some(f);
-                return Err(lessons::Error::new(lessons::ErrorKind::Io, "stdout closed"));
+                return Err(crate::Error::new(crate::ErrorKind::Io, "stdout closed"));
             }
             Ok(())
         })
@@ -46,7 +47,7 @@ pub fn export(cli: &Cli) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons import`.
 #[derive(Debug, Args)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     /// A JSON Lines file of whole records and `{"decision": …}` journal entries (as `export`
     /// writes); stdin when absent.
     pub file: Option<PathBuf>,
@@ -55,7 +56,7 @@ pub struct ImportArgs {
 /// One line of an export: a record or a journal entry.
 enum ImportLine {
     Record(Box<Record>),
-    Decision(Box<lessons::Decision>),
+    Decision(Box<crate::Decision>),
 }
 
 /// Reads one line of an export (`None` for a blank one), checked as the store will check it.
@@ -66,7 +67,7 @@ fn import_line(n: usize, line: &str) -> Result<Option<ImportLine>, Failure> {
     if line.trim_start().starts_with("{\"decision\"") {
         #[derive(serde::Deserialize)]
         struct Line {
-            decision: lessons::Decision,
+            decision: crate::Decision,
         }
         let l: Line = from_js_line(line)
             .map_err(|e| Failure::Usage(format!("line {n}: not a journal entry: {e}")))?;
@@ -86,7 +87,7 @@ fn import_line(n: usize, line: &str) -> Result<Option<ImportLine>, Failure> {
 /// many lines at a time, never its whole input.
 const IMPORT_CHUNK: usize = 1_000;
 
-pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
+pub(crate) fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     let open = |p: &Path| -> Result<Box<dyn BufRead>, Failure> {
         Ok(Box::new(io::BufReader::new(
             std::fs::File::open(p).map_err(|e| Failure::Usage(format!("{}: {e}", p.display())))?,
@@ -107,13 +108,13 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     };
     let handle = open_handle(cli, true)?;
     let store = handle.store();
-    let mut report = lessons::store::ImportReport::default();
+    let mut report = crate::store::ImportReport::default();
     let mut journaled = 0u64;
     let mut records: Vec<Record> = Vec::with_capacity(IMPORT_CHUNK);
-    let mut decisions: Vec<lessons::Decision> = Vec::new();
+    let mut decisions: Vec<crate::Decision> = Vec::new();
     let flush = |records: &mut Vec<Record>,
-                 decisions: &mut Vec<lessons::Decision>,
-                 report: &mut lessons::store::ImportReport,
+                 decisions: &mut Vec<crate::Decision>,
+                 report: &mut crate::store::ImportReport,
                  journaled: &mut u64|
      -> Result<(), Failure> {
         let r = store.import(records).map_err(fail)?;
@@ -148,7 +149,7 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let answer = lessons::contract::ImportAnswer {
+        let answer = crate::contract::ImportAnswer {
             ok: true,
             imported: report.imported,
             skipped: report.skipped,
@@ -171,7 +172,7 @@ pub fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
 /// A JSON line read as JavaScript reads it (an export carries keywords with lone surrogates as
 /// `\udXXX`, which serde alone refuses), then typed.
 fn from_js_line<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, String> {
-    match lessons::json::parse(line) {
+    match crate::json::parse(line) {
         Some(v) => serde_json::from_value(v).map_err(|e| e.to_string()),
         None => Err(serde_json::from_str::<serde_json::Value>(line)
             .err()
@@ -183,7 +184,7 @@ fn from_js_line<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, String>
 
 /// Arguments of `lessons doctor`.
 #[derive(Debug, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Rewrite the scopes' bookkeeping and dedup keys from the records and rebuild the
     /// keyword index from them.
     #[arg(long, conflicts_with = "salvage")]
@@ -194,7 +195,7 @@ pub struct DoctorArgs {
     pub salvage: Option<PathBuf>,
 }
 
-pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
+pub(crate) fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
     if cli.server.is_some() {
         return Err(Failure::Usage(
             "doctor checks a store directory; run it on the server's host with --store DIR".into(),
@@ -262,7 +263,7 @@ pub fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
 
 fn salvage(cli: &Cli, to: &Path) -> Result<Outcome, Failure> {
     let from = store_dir(cli);
-    let report = lessons::store::salvage(&from, to).map_err(fail)?;
+    let report = crate::store::salvage(&from, to).map_err(fail)?;
     let mut o = out();
     if cli.json {
         let v = serde_json::to_value(&report).map_err(|e| Failure::Usage(e.to_string()))?;
@@ -318,7 +319,7 @@ fn salvage(cli: &Cli, to: &Path) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons stats`.
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// How far back: `1d` is today (UTC), `7d` the last seven days.
     #[arg(long, default_value = "1d")]
     pub since: String,
@@ -339,11 +340,11 @@ pub(super) fn parse_since(since: &str, today: i64) -> Result<i64, Failure> {
 }
 
 /// One day of one scope as a person reads it.
-pub fn human_day(d: &DayStats) -> String {
+pub(crate) fn human_day(d: &DayStats) -> String {
     format!("{} {}: {}", d.day, d.scope_key, d.counters.line(true))
 }
 
-pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
+pub(crate) fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
     let today = day_of((system_clock())());
     let since = parse_since(&args.since, today)?;
     let handle = open_handle(cli, false)?;
@@ -351,7 +352,7 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
     let days = store.stats(since).map_err(fail)?;
     let mut o = out();
     if cli.json {
-        emit(&mut o, &to_json(&lessons::contract::StatsAnswer { days })?)?;
+        emit(&mut o, &to_json(&crate::contract::StatsAnswer { days })?)?;
     } else if days.is_empty() {
         emit(&mut o, "no activity in that period")?;
     } else {

@@ -2,14 +2,14 @@
 
 use std::io::{self, BufRead, BufWriter, Read, Write};
 
+use crate::gate::rejection_marker_names;
 use clap::Args;
-use lessons::gate::rejection_marker_names;
 
 use super::{emit, Cli, Failure, Outcome};
 
 /// Arguments of `lessons gate`.
 #[derive(Debug, Args)]
-pub struct GateArgs {
+pub(crate) struct GateArgs {
     /// Facts to check; without any, one fact per stdin line.
     #[arg(value_name = "TEXT")]
     pub texts: Vec<String>,
@@ -22,7 +22,7 @@ pub struct GateArgs {
     pub check: bool,
 }
 
-pub fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
+pub(crate) fn run(cli: &Cli, args: &GateArgs) -> Result<Outcome, Failure> {
     let any_marker = if args.json_lines {
         let limits = Limits {
             chunk_bytes: CHUNK_BYTES,
@@ -495,7 +495,7 @@ fn parse_json_line(line: &str) -> Result<std::borrow::Cow<'_, str>, String> {
 fn parse_json_value(line: &str) -> Result<String, String> {
     // JSON.parse's reading: a lone surrogate escape (a string cut inside a pair) is read, as
     // the reference gate reads it.
-    let value = lessons::json::parse(line).ok_or_else(|| {
+    let value = crate::json::parse(line).ok_or_else(|| {
         serde_json::from_str::<serde_json::Value>(line)
             .err()
             .map_or_else(

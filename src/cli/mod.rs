@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand};
     about = "A memory store for coding bots that keeps lessons, not status.",
     after_help = "Examples:\n  lessons gate \"PR 12 was merged\"                      # -> reference, delivery\n  echo '[{\"kind\":\"fact\",\"text\":\"run npm ci first\",\"sourceThreadKey\":\"t1\"}]' \\\n    | lessons write --scope repo --repo acme/app\n  lessons list --scope repo:acme/app --kind fact --limit 24\n  lessons retrieve --scope org --org acme --query \"flaky vitest\"\n  lessons sweep --scope all --dry-run\n\nThe store is --store DIR, else $LESSONS_STORE, else ./lessons-store.\nExit codes: 0 ok, 1 the command found what it reports (gate --check: a marker;\nforget: no such record; doctor: inconsistent), 2 usage or operational error."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The store directory [default: $LESSONS_STORE, else ./lessons-store].
     #[arg(long, global = true, value_name = "DIR", env = "LESSONS_STORE")]
     pub store: Option<PathBuf>,
@@ -43,7 +43,7 @@ pub struct Cli {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Print the status markers each fact carries, or `lesson` when it carries none.
     ///
     /// With TEXT arguments, one line per TEXT; without, one fact per stdin line.
@@ -82,7 +82,7 @@ pub enum Command {
 
 /// What a command that ran reports: success, or a finding that maps to exit code 1.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Exit 0.
     Ok,
     /// Exit 1: the command ran and found what it reports as a failure.
@@ -92,13 +92,13 @@ pub enum Outcome {
 /// A usage or operational error: exit 2 with a one-line reason on stderr. The error keeps its
 /// kind, so [`run`] can tell a reader that closed the pipe (exit 0) from a real failure.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// A usage error or a reason the command composed.
     Usage(String),
     /// Reading stdin or writing stdout failed.
     Io(io::Error),
     /// The library failed.
-    Store(lessons::Error),
+    Store(crate::Error),
 }
 
 impl Failure {
@@ -128,8 +128,8 @@ impl From<io::Error> for Failure {
     }
 }
 
-impl From<lessons::Error> for Failure {
-    fn from(e: lessons::Error) -> Self {
+impl From<crate::Error> for Failure {
+    fn from(e: crate::Error) -> Self {
         Failure::Store(e)
     }
 }
@@ -215,7 +215,7 @@ pub(crate) fn emit(out: &mut impl Write, line: &str) -> Result<(), Failure> {
     // A keyword may carry a lone surrogate (in its private form, U+FDD0 first); it is written
     // as JavaScript writes it.
     if line.contains('\u{FDD0}') {
-        out.write_all(lessons::json::restore_lone(line.to_owned()).as_bytes())?;
+        out.write_all(crate::json::restore_lone(line.to_owned()).as_bytes())?;
     } else {
         out.write_all(line.as_bytes())?;
     }
@@ -276,4 +276,16 @@ fn install_logger() {
     if log::set_boxed_logger(Box::new(StderrLog { level })).is_ok() {
         log::set_max_level(max);
     }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of a time in milliseconds.
+pub(crate) fn format_ms(ms: crate::Millis) -> String {
+    let secs = ms.div_euclid(1000).rem_euclid(86_400);
+    format!(
+        "{} {:02}:{:02}:{:02}",
+        crate::time::format_day(crate::time::day_of(ms)),
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }

@@ -3,9 +3,10 @@
 
 use std::io::Write;
 
+use crate::decisions::{DecisionEvent, DecisionQuery};
+use crate::limits::MAX_JOURNAL_LIMIT;
+use crate::time::system_clock;
 use clap::Args;
-use lessons::decisions::{DecisionEvent, DecisionQuery, MAX_JOURNAL_LIMIT};
-use lessons::store::system_clock;
 
 use super::admin_cmds::parse_since;
 use super::store_cmds::{fail, open_handle, out, Config, ScopeFlags};
@@ -13,7 +14,7 @@ use super::{emit, Cli, Failure, Outcome};
 
 /// Arguments of `lessons journal`.
 #[derive(Debug, Args)]
-pub struct JournalArgs {
+pub(crate) struct JournalArgs {
     #[command(flatten)]
     pub scope: ScopeFlags,
     /// How far back: `1d` is today (UTC), `7d` the last seven days.
@@ -28,10 +29,10 @@ pub struct JournalArgs {
     pub limit: usize,
 }
 
-pub fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
+pub(crate) fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
-    let today = lessons::store::day_of(system_clock()());
-    let since = parse_since(&args.since, today)?.saturating_mul(86_400_000);
+    let today = crate::time::day_of(system_clock()());
+    let since = parse_since(&args.since, today)?.saturating_mul(crate::time::DAY_MS);
     let mut events = Vec::new();
     for e in &args.events {
         events.push(DecisionEvent::parse(e).ok_or_else(|| {
@@ -60,13 +61,13 @@ pub fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let answer = lessons::contract::JournalAnswer { decisions };
+        let answer = crate::contract::JournalAnswer { decisions };
         emit(&mut o, &super::to_json(&answer)?)?;
     } else {
         for d in &decisions {
             let mut line = format!(
                 "{} {} {}",
-                lessons::store::format_ms(d.time),
+                super::format_ms(d.time),
                 d.event.as_str(),
                 d.ids.join(" -> ")
             );
@@ -76,7 +77,7 @@ pub fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
             if let (Some(age), Some(uses)) = (d.age_ms, d.use_count) {
                 line.push_str(&format!(
                     " (age {:.1}d, used {uses}x)",
-                    age as f64 / 86_400_000.0
+                    age as f64 / crate::time::DAY_MS as f64
                 ));
             }
             emit(&mut o, &super::printable(&line))?;
@@ -98,7 +99,7 @@ pub fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons review`.
 #[derive(Debug, Args)]
-pub struct ReviewArgs {
+pub(crate) struct ReviewArgs {
     /// How far back: `7d` is the last seven days (UTC, today included).
     #[arg(long, default_value = "7d")]
     pub since: String,
@@ -107,19 +108,19 @@ pub struct ReviewArgs {
     pub scope: String,
 }
 
-pub fn review(cli: &Cli, args: &ReviewArgs) -> Result<Outcome, Failure> {
+pub(crate) fn review(cli: &Cli, args: &ReviewArgs) -> Result<Outcome, Failure> {
     let now = system_clock()();
-    let today = lessons::store::day_of(now);
+    let today = crate::time::day_of(now);
     let days = (today - parse_since(&args.since, today)? + 1) as u32;
     let scope = match args.scope.as_str() {
         "all" => None,
-        key => Some(
-            lessons::ScopeKey::parse(key).map_err(|e| Failure::Usage(format!("--scope: {e}")))?,
-        ),
+        key => {
+            Some(crate::ScopeKey::parse(key).map_err(|e| Failure::Usage(format!("--scope: {e}")))?)
+        }
     };
     let thresholds = Config::load(cli.config.as_deref())?.review();
     let handle = open_handle(cli, false)?;
-    let review = lessons::review::review(handle.store(), days, scope.as_ref(), now, &thresholds)
+    let review = crate::review::review(handle.store(), days, scope.as_ref(), now, &thresholds)
         .map_err(fail)?;
     handle.close()?;
     let mut o = out();
@@ -127,7 +128,7 @@ pub fn review(cli: &Cli, args: &ReviewArgs) -> Result<Outcome, Failure> {
         let v = serde_json::to_value(&review).map_err(|e| Failure::Usage(e.to_string()))?;
         emit(&mut o, &v.to_string())?;
     } else {
-        for line in lessons::review::render(&review).lines() {
+        for line in crate::review::render(&review).lines() {
             emit(&mut o, &super::printable(line))?;
         }
     }

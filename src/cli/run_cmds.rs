@@ -3,19 +3,19 @@
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
+use crate::context::{ContextConfig, RunScopes};
+use crate::contract::ContextAnswer;
+use crate::memory::{build_context, reflect, shown_set};
+use crate::reflect::{reflection_prompt, Origin, Shown};
+use crate::time::system_clock;
 use clap::Args;
-use lessons::context::{ContextConfig, RunScopes};
-use lessons::contract::ContextAnswer;
-use lessons::memory::{build_context, reflect, shown_set};
-use lessons::reflect::{reflection_prompt, Origin, Shown};
-use lessons::store::system_clock;
 
 use super::store_cmds::{fail, open_handle, Config, ScopeIds};
 use super::{emit, to_json, Cli, Failure, Outcome};
 
 /// The scopes of a run: ids without their prefixes; `--org` is required.
 #[derive(Debug, Args, Clone)]
-pub struct RunFlags {
+pub(crate) struct RunFlags {
     #[command(flatten)]
     pub ids: ScopeIds,
 }
@@ -36,7 +36,7 @@ impl RunFlags {
     }
 }
 
-pub fn context_config(cli: &Cli) -> Result<ContextConfig, Failure> {
+pub(crate) fn context_config(cli: &Cli) -> Result<ContextConfig, Failure> {
     let c = Config::load(cli.config.as_deref())?;
     let d = ContextConfig::default();
     let config = ContextConfig {
@@ -53,7 +53,7 @@ pub fn context_config(cli: &Cli) -> Result<ContextConfig, Failure> {
 
 /// Arguments of `lessons context`.
 #[derive(Debug, Args)]
-pub struct ContextArgs {
+pub(crate) struct ContextArgs {
     #[command(flatten)]
     pub run: RunFlags,
     /// The run's brief (its request).
@@ -61,7 +61,7 @@ pub struct ContextArgs {
     pub brief: String,
 }
 
-pub fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure> {
+pub(crate) fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure> {
     let run = args.run.scopes()?;
     let config = context_config(cli)?;
     let mut o = io::stdout().lock();
@@ -100,7 +100,7 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons prompt`.
 #[derive(Debug, Args)]
-pub struct PromptArgs {
+pub(crate) struct PromptArgs {
     #[command(flatten)]
     pub run: RunFlags,
     /// The run's request.
@@ -114,7 +114,7 @@ pub struct PromptArgs {
     pub transcript: Option<PathBuf>,
 }
 
-pub fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
+pub(crate) fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
     let run = args.run.scopes()?;
     let config = context_config(cli)?;
     let transcript = match &args.transcript {
@@ -129,7 +129,7 @@ pub fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
     let p = reflection_prompt(&shown, &transcript);
     let mut o = io::stdout().lock();
     if cli.json {
-        let answer = lessons::contract::PromptAnswer {
+        let answer = crate::contract::PromptAnswer {
             system: p.system,
             input: p.input,
             shown: p.shown,
@@ -151,7 +151,7 @@ pub fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons reflect`.
 #[derive(Debug, Args)]
-pub struct ReflectArgs {
+pub(crate) struct ReflectArgs {
     #[command(flatten)]
     pub run: RunFlags,
     /// Where the run's content came from: public, private, dm or machine (private and dm
@@ -187,7 +187,7 @@ fn read_shown(path: &PathBuf) -> Result<Vec<Shown>, Failure> {
     })
 }
 
-pub fn reflect_cmd(cli: &Cli, args: &ReflectArgs) -> Result<Outcome, Failure> {
+pub(crate) fn reflect_cmd(cli: &Cli, args: &ReflectArgs) -> Result<Outcome, Failure> {
     let run = args.run.scopes()?;
     let origin = Origin::parse(&args.origin)
         .ok_or_else(|| Failure::Usage(format!("unknown origin {:?}", args.origin)))?;

@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::server::{serve, AppState, Auth, Limits, ServeEnd};
 use clap::Args;
-use lessons::server::{serve, AppState, Auth, Limits, ServeEnd};
 
 use super::run_cmds::context_config;
 use super::store_cmds::{fail, open_store, store_dir};
@@ -12,7 +12,7 @@ use super::{Cli, Failure, Outcome};
 
 /// Arguments of `lessons serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Where to listen.
     #[arg(long, default_value = "127.0.0.1:7171")]
     pub addr: SocketAddr,
@@ -43,7 +43,7 @@ fn env_token(name: &str) -> Result<Option<String>, Failure> {
     Ok(Some(t))
 }
 
-pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
+pub(crate) fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     if cli.server.is_some() {
         return Err(Failure::Usage(
             "serve owns a store directory; --server does not apply".into(),
@@ -83,7 +83,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     let store = Arc::new(open_store(cli, true)?);
     let review = super::store_cmds::Config::load(cli.config.as_deref())?.review();
     let state = AppState::with_review(store.clone(), auth, context, review);
-    let runtime = lessons::server::runtime()
+    let runtime = crate::server::runtime()
         .map_err(|e| Failure::Usage(format!("starting the runtime: {e}")))?;
     let dir = store_dir(cli);
     let served = runtime.block_on(serve(state, args.addr, limits, |addr| {

@@ -4,14 +4,15 @@
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use clap::Args;
-use lessons::model::RecordId;
-use lessons::remote::RemoteStore;
-use lessons::store::{day_of, system_clock, EmbeddedStoreBuilder};
-use lessons::{
+use crate::model::RecordId;
+use crate::remote::RemoteStore;
+use crate::store::EmbeddedStoreBuilder;
+use crate::time::{day_of, system_clock};
+use crate::{
     Candidate, Durability, EmbeddedStore, Kind, ListQuery, MemoryStore, Record, ScopeKey,
     WriteOptions,
 };
+use clap::Args;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -21,7 +22,7 @@ use super::{emit, Cli, Failure, Outcome};
 /// The four scope ids, without their prefixes: the one definition of these flags, shared by
 /// the store commands ([`ScopeFlags`]) and the per-run commands (`RunFlags`).
 #[derive(Debug, Args, Clone, Default)]
-pub struct ScopeIds {
+pub(crate) struct ScopeIds {
     /// The organization, without its prefix (acme).
     #[arg(long, value_name = "ORG")]
     pub org: Option<String>,
@@ -50,7 +51,7 @@ impl ScopeIds {
 }
 
 #[derive(Debug, Args, Clone, Default)]
-pub struct ScopeFlags {
+pub(crate) struct ScopeFlags {
     /// A full scope key (repo:acme/app), or a kind (org, repo, channel, user) completed by its flag.
     #[arg(long, value_name = "SCOPE")]
     pub scope: Option<String>,
@@ -108,7 +109,7 @@ impl ScopeFlags {
 /// The configuration file (`--config FILE`, JSON). Unknown fields are errors, so a typo is caught.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Config {
+pub(crate) struct Config {
     /// Default cap of active records per scope.
     pub cap: Option<usize>,
     /// `"sync"` (fsync before acknowledging; the default) or `"buffered"`.
@@ -135,9 +136,9 @@ pub struct Config {
 
 impl Config {
     /// The review's thresholds, with this file's overrides.
-    pub fn review(&self) -> lessons::review::Thresholds {
-        let d = lessons::review::Thresholds::default();
-        lessons::review::Thresholds {
+    pub fn review(&self) -> crate::review::Thresholds {
+        let d = crate::review::Thresholds::default();
+        crate::review::Thresholds {
             max_inserted_per_day: self
                 .review_max_inserted_per_day
                 .unwrap_or(d.max_inserted_per_day),
@@ -161,19 +162,19 @@ impl Config {
     }
 }
 
-pub fn store_dir(cli: &Cli) -> PathBuf {
+pub(crate) fn store_dir(cli: &Cli) -> PathBuf {
     cli.store
         .clone()
         .unwrap_or_else(|| PathBuf::from("lessons-store"))
 }
 
-pub fn fail(e: lessons::Error) -> Failure {
+pub(crate) fn fail(e: crate::Error) -> Failure {
     Failure::Store(e)
 }
 
 /// Opens the store. `create`: a missing directory becomes a new store; otherwise it is an error,
 /// so a read in the wrong directory does not leave an empty store behind.
-pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
+pub(crate) fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
     let dir = store_dir(cli);
     if !create && !dir.join("records").exists() {
         return Err(Failure::Usage(format!(
@@ -187,10 +188,10 @@ pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
         b = b.journal(
             config
                 .journal_days
-                .unwrap_or(lessons::decisions::DEFAULT_JOURNAL_DAYS),
+                .unwrap_or(crate::decisions::DEFAULT_JOURNAL_DAYS),
             config
                 .journal_cap
-                .unwrap_or(lessons::decisions::DEFAULT_JOURNAL_CAP),
+                .unwrap_or(crate::decisions::DEFAULT_JOURNAL_CAP),
         );
     }
     if let Some(cap) = config.cap {
@@ -217,7 +218,7 @@ pub fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failure> {
 }
 
 /// The store a command works on: the directory, or a server (`--server URL`).
-pub enum Handle {
+pub(crate) enum Handle {
     /// `--store DIR`.
     Embedded(EmbeddedStore),
     /// `--server URL`.
@@ -242,7 +243,7 @@ impl Handle {
 }
 
 /// The server's token comes from `MEMORY_TOKEN`, the name the bot already uses.
-pub fn open_handle(cli: &Cli, create: bool) -> Result<Handle, Failure> {
+pub(crate) fn open_handle(cli: &Cli, create: bool) -> Result<Handle, Failure> {
     match &cli.server {
         Some(url) => {
             let token = std::env::var("MEMORY_TOKEN").ok().filter(|t| !t.is_empty());
@@ -268,13 +269,13 @@ pub(super) fn read_stdin() -> Result<String, Failure> {
 }
 
 /// One record as a person reads it: id, kind, date, text, source.
-pub fn human_record(r: &Record) -> String {
+pub(crate) fn human_record(r: &Record) -> String {
     let line = format!(
         "{}  {}  {}  {}  (source: {})",
         r.id,
         r.kind.as_str(),
-        lessons::store::format_day(day_of(r.created_at)),
-        lessons::text::sanitize(&r.text),
+        crate::time::format_day(day_of(r.created_at)),
+        crate::text::sanitize(&r.text),
         r.source_thread_key
     );
     super::printable(&line).into_owned()
@@ -284,7 +285,7 @@ fn print_records(cli: &Cli, records: &[Record]) -> Result<(), Failure> {
     let mut o = out();
     if cli.json {
         // The server's answer, byte for byte.
-        let line = serde_json::to_string(&lessons::contract::RecordsAnswer {
+        let line = serde_json::to_string(&crate::contract::RecordsAnswer {
             records: records.to_vec(),
         })
         .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
@@ -302,7 +303,7 @@ fn print_records(cli: &Cli, records: &[Record]) -> Result<(), Failure> {
 
 /// Arguments of `lessons write`.
 #[derive(Debug, Args)]
-pub struct WriteArgs {
+pub(crate) struct WriteArgs {
     #[command(flatten)]
     pub scope: ScopeFlags,
     /// Active records the scope may hold after this write (1–10000).
@@ -313,7 +314,7 @@ pub struct WriteArgs {
 /// Candidates on stdin: a JSON array, or the wire's `{"records": [...]}`.
 fn parse_candidates(text: &str) -> Result<Vec<Candidate>, Failure> {
     const SHAPE: &str = "stdin must be a JSON array of candidates (or {\"records\": [...]})";
-    let value = lessons::json::parse(text).ok_or_else(|| {
+    let value = crate::json::parse(text).ok_or_else(|| {
         let why = serde_json::from_str::<serde_json::Value>(text)
             .err()
             .map_or_else(String::new, |e| format!(": {e}"));
@@ -355,7 +356,7 @@ fn candidate_at(i: usize, v: serde_json::Value) -> Result<Candidate, String> {
     })
 }
 
-pub fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
+pub(crate) fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
     let candidates = parse_candidates(&read_stdin()?)?;
     let handle = open_handle(cli, true)?;
@@ -368,7 +369,7 @@ pub fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let line = serde_json::to_string(&lessons::contract::WriteAnswer {
+        let line = serde_json::to_string(&crate::contract::WriteAnswer {
             ok: true,
             counts: c,
         })
@@ -391,7 +392,7 @@ pub fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons list`.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     #[command(flatten)]
     pub scope: ScopeFlags,
     /// Only facts or only summaries.
@@ -405,7 +406,7 @@ pub struct ListArgs {
     pub query: Option<String>,
 }
 
-pub fn list(cli: &Cli, args: &ListArgs) -> Result<Outcome, Failure> {
+pub(crate) fn list(cli: &Cli, args: &ListArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
     let handle = open_handle(cli, false)?;
     let store = handle.store();
@@ -421,7 +422,7 @@ pub fn list(cli: &Cli, args: &ListArgs) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons retrieve`.
 #[derive(Debug, Args)]
-pub struct RetrieveArgs {
+pub(crate) struct RetrieveArgs {
     #[command(flatten)]
     pub scope: ScopeFlags,
     /// The query (a brief, a question, keywords).
@@ -432,7 +433,7 @@ pub struct RetrieveArgs {
     pub limit: usize,
 }
 
-pub fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
+pub(crate) fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
     let handle = open_handle(cli, false)?;
     let store = handle.store();
@@ -442,14 +443,14 @@ pub fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     if cli.json {
         // The server's answer, byte for byte: a first use prints `lastUsedAt` last.
-        let line = serde_json::to_string(&lessons::contract::RetrieveAnswer { records: retrieved })
+        let line = serde_json::to_string(&crate::contract::RetrieveAnswer { records: retrieved })
             .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
         let mut o = out();
         emit(&mut o, &line)?;
         o.flush()?;
         return Ok(Outcome::Ok);
     }
-    let records = lessons::model::Retrieved::records(retrieved);
+    let records = crate::model::Retrieved::records(retrieved);
     print_records(cli, &records)?;
     Ok(Outcome::Ok)
 }
@@ -458,12 +459,12 @@ pub fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons forget`.
 #[derive(Debug, Args)]
-pub struct ForgetArgs {
+pub(crate) struct ForgetArgs {
     /// The record id (mem:<scope>:<seq>); the scope is taken from it.
     pub id: String,
 }
 
-pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
+pub(crate) fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
     let Some(RecordId { scope, .. }) = RecordId::parse(&args.id) else {
         return Err(Failure::Usage(format!(
             "{:?} is not a record id (mem:<scopeKey>:<seq>)",
@@ -476,7 +477,7 @@ pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let line = serde_json::to_string(&lessons::contract::ForgetAnswer {
+        let line = serde_json::to_string(&crate::contract::ForgetAnswer {
             ok: true,
             forgotten,
         })
@@ -497,7 +498,7 @@ pub fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
 
 /// Arguments of `lessons sweep`.
 #[derive(Debug, Args)]
-pub struct SweepArgs {
+pub(crate) struct SweepArgs {
     #[command(flatten)]
     pub scope: ScopeFlags,
     /// Report what would be swept; change nothing.
@@ -505,7 +506,7 @@ pub struct SweepArgs {
     pub dry_run: bool,
 }
 
-pub fn sweep(cli: &Cli, args: &SweepArgs) -> Result<Outcome, Failure> {
+pub(crate) fn sweep(cli: &Cli, args: &SweepArgs) -> Result<Outcome, Failure> {
     let handle = open_handle(cli, false)?;
     let store = handle.store();
     let scopes = if args.scope.scope.as_deref() == Some("all") {

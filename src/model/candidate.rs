@@ -9,11 +9,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    check_confidence, check_keywords, default_keywords, Kind, ScopeKey, MAX_KEYWORDS,
-    MAX_REF_UNITS, MAX_TEXT_UNITS,
-};
+use super::{check_confidence, check_keywords, default_keywords, Kind, ScopeKey};
 use crate::json::lone;
+use crate::limits::{MAX_KEYWORDS, MAX_REF_UNITS, MAX_TEXT_UNITS};
 use crate::text::utf16_len;
 
 /// What a writer offers; the store decides whether it becomes a record.

@@ -1,5 +1,5 @@
 //! The data model: scope keys, records, candidates, statuses and counts, with their validation.
-//! Every bound the wire checks is defined here once; where a record lives and what it is called
+//! The bounds it checks are [`crate::limits`]'; where a record lives and what it is called
 //! ([`ScopeKey`], [`RecordId`]) and what a writer offers ([`Candidate`]) have their own files,
 //! and every type is reached at `model::`.
 //!
@@ -17,29 +17,15 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{
+    MAX_KEYWORDS, MAX_KEYWORD_UNITS, MAX_PROVENANCE_BYTES, MAX_REF_UNITS, MAX_TEXT_UNITS,
+};
 use crate::text::utf16_len;
 use scope::split_record_id;
 
 pub use candidate::{Candidate, ValidCandidate};
 pub use keywords::{Keywords, KeywordsBuilder};
 pub use scope::{RecordId, ScopeKey};
-
-/// The most characters a scope key may have.
-pub const MAX_SCOPE_KEY_CHARS: usize = 200;
-/// The most UTF-16 units a record's text may have.
-pub const MAX_TEXT_UNITS: usize = 4000;
-/// The most UTF-16 units of an id, a thread key or a run id.
-pub const MAX_REF_UNITS: usize = 200;
-/// The most keywords a candidate may carry (the reference Worker's bound).
-pub const MAX_KEYWORDS: usize = 20;
-/// The most UTF-16 units of one keyword.
-pub const MAX_KEYWORD_UNITS: usize = 64;
-/// The most bytes of a record's provenance as JSON.
-pub const MAX_PROVENANCE_BYTES: usize = 16 * 1024;
-/// The largest request body the wire carries (the server refuses more; clients split).
-pub const MAX_BODY_BYTES: usize = 512 * 1024;
-/// The most records one `/import` request carries.
-pub const MAX_IMPORT: usize = 1000;
 
 /// A fact (a lesson) or a summary (an episode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

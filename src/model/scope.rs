@@ -15,7 +15,7 @@ use std::sync::{Arc, LazyLock};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::MAX_SCOPE_KEY_CHARS;
+use crate::limits::MAX_SCOPE_KEY_CHARS;
 use crate::text::utf16_len;
 
 /// Characters a scope key may not hold: whitespace (both JavaScript's and Unicode's), control,

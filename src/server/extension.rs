@@ -11,7 +11,7 @@ use crate::contract::{
 };
 use crate::memory::{build_context, reflect, shown_set};
 use crate::reflect::reflection_prompt;
-use crate::store::system_clock;
+use crate::time::system_clock;
 
 /// The routes beyond the Worker's, answered with their [`crate::contract`] bodies.
 pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(String, String)> {

@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 use super::auth::{authorize, Access};
 use super::metrics::metrics_response;
 use super::wire::{Body, POST_ROUTES};
-use super::{AppState, BODY_TIMEOUT, MAX_BODY_BYTES, MAX_EXPORTS};
+use super::{AppState, BODY_TIMEOUT, MAX_EXPORTS};
+use crate::limits::MAX_BODY_BYTES;
 use crate::store::WriteOptions;
 
 pub(super) fn error(status: StatusCode, message: &str) -> Response {

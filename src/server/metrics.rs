@@ -8,7 +8,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use crate::store::{format_day, MemoryStore};
+use crate::store::MemoryStore;
+use crate::time::format_day;
 
 /// Latency histogram bucket bounds, in seconds.
 pub(super) const BUCKETS: [f64; 12] = [

@@ -20,7 +20,6 @@ mod handler;
 mod metrics;
 pub(crate) mod wire;
 
-pub use crate::model::MAX_BODY_BYTES;
 pub use conn::Limits;
 pub use metrics::rollup_lines;
 /// The routes that take a JSON body, and whether each changes the store.
@@ -35,7 +34,8 @@ use axum::Router;
 use parking_lot::Mutex;
 
 use crate::context::ContextConfig;
-use crate::store::{day_of, system_clock, MemoryStore};
+use crate::store::MemoryStore;
+use crate::time::{day_of, system_clock};
 
 use handler::handle;
 use metrics::Metrics;

@@ -4,9 +4,10 @@
 use serde_json::{Map, Value};
 
 use crate::context::RunScopes;
+use crate::limits::{MAX_BATCH, MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::model::{Candidate, Kind, Record, ScopeKey};
 use crate::reflect::{Origin, Shown};
-use crate::store::{ListQuery, Tally, MAX_BATCH, MAX_LIMIT, MAX_QUERY_UNITS};
+use crate::store::{ListQuery, Tally};
 use crate::text::utf16_len;
 
 /// A parsed request body. Each variant's fields are its route's JSON fields (see the route table
@@ -104,7 +105,7 @@ pub const POST_ROUTES: [(&str, bool); 17] = [
     ("/count", false),
 ];
 
-pub use crate::model::MAX_IMPORT;
+use crate::limits::MAX_IMPORT;
 
 fn field<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     o.get(name).filter(|v| !v.is_null())
@@ -192,10 +193,10 @@ fn wire_scope(o: &Map<String, Value>) -> Result<ScopeKey, String> {
         Some(k) if !k.is_empty() => k,
         _ => return Err("scopeKey must be a non-empty string".into()),
     };
-    if utf16_len(key) > crate::model::MAX_SCOPE_KEY_CHARS {
+    if utf16_len(key) > crate::limits::MAX_SCOPE_KEY_CHARS {
         return Err(format!(
             "scopeKey must be at most {} characters",
-            crate::model::MAX_SCOPE_KEY_CHARS
+            crate::limits::MAX_SCOPE_KEY_CHARS
         ));
     }
     // `[\s\p{C}]`, the reference's pattern, is what `parse_reason` refuses beyond the length.
@@ -241,13 +242,13 @@ fn wire_candidate(v: &Value, i: usize) -> Result<Candidate, String> {
         Some(t) if !t.chars().all(crate::text::is_js_whitespace) => t,
         _ => return Err(format!("{at}.text must be a non-empty string")),
     };
-    if utf16_len(text) > crate::model::MAX_TEXT_UNITS {
+    if utf16_len(text) > crate::limits::MAX_TEXT_UNITS {
         return Err(format!(
             "{at}.text must be at most {} characters",
-            crate::model::MAX_TEXT_UNITS
+            crate::limits::MAX_TEXT_UNITS
         ));
     }
-    let max_ref = crate::model::MAX_REF_UNITS;
+    let max_ref = crate::limits::MAX_REF_UNITS;
     let thread = match js_str(c, "sourceThreadKey") {
         Some(t) if !t.is_empty() && utf16_len(t) <= max_ref => t,
         _ => return Err(format!("{at}.sourceThreadKey must be a non-empty string")),
@@ -260,17 +261,17 @@ fn wire_candidate(v: &Value, i: usize) -> Result<Candidate, String> {
     };
     if let Some(k) = c.get("keywords") {
         let list = k.as_array().filter(|list| {
-            list.len() <= crate::model::MAX_KEYWORDS
+            list.len() <= crate::limits::MAX_KEYWORDS
                 && list.iter().all(|k| {
                     k.as_str().is_some_and(|k| {
-                        !k.is_empty() && utf16_len(k) <= crate::model::MAX_KEYWORD_UNITS
+                        !k.is_empty() && utf16_len(k) <= crate::limits::MAX_KEYWORD_UNITS
                     })
                 })
         });
         let Some(list) = list else {
             return Err(format!(
                 "{at}.keywords must be an array of at most {} short strings",
-                crate::model::MAX_KEYWORDS
+                crate::limits::MAX_KEYWORDS
             ));
         };
         out.keywords = Some(
@@ -360,7 +361,7 @@ fn parse_memory(route: &str, body: &Value) -> Option<Result<Body, String>> {
                 },
             },
             _ => {
-                let max_cap = crate::plan::MAX_CAP;
+                let max_cap = crate::limits::MAX_CAP;
                 let cap = match o.get("cap") {
                     None => None,
                     Some(v) => {
@@ -459,7 +460,7 @@ fn import(o: &Map<String, Value>) -> Result<Body, String> {
 /// `/journal`: a scope, and which of its decisions.
 fn journal(o: &Map<String, Value>) -> Result<Body, String> {
     let scope = scope(o)?;
-    let limit = integer(o, "limit", 1, crate::decisions::MAX_JOURNAL_LIMIT as u64)?
+    let limit = integer(o, "limit", 1, crate::limits::MAX_JOURNAL_LIMIT as u64)?
         .map_or(100, |l| l as usize);
     let since = match field(o, "since") {
         None => i64::MIN,

@@ -11,16 +11,16 @@ use std::collections::BTreeMap;
 use parking_lot::Mutex;
 
 use super::{
-    day_of, format_day, system_clock, validate_limit, validate_query, validate_write, Clock,
-    DayCounters, DayStats, ImportReport, ListFilter, ListQuery, MemoryStore, SweepReceipt,
-    WriteOptions,
+    validate_limit, validate_query, validate_write, DayCounters, DayStats, ImportReport,
+    ListFilter, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
 };
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
+use crate::limits::DEFAULT_CAP;
 use crate::model::{Candidate, Kind, Record, RecordId, ScopeKey, Status, WriteCounts};
-use crate::plan::DEFAULT_CAP;
 use crate::rank::rank;
 use crate::text::{normalize, tokenize};
+use crate::time::{day_of, format_day, system_clock, Clock};
 
 #[derive(Default)]
 struct State {

@@ -12,8 +12,10 @@
 
 pub(crate) mod codec;
 mod embedded;
+pub(crate) mod index;
 mod journal;
 mod memory;
+pub(crate) mod plan;
 mod salvage;
 
 use std::collections::BTreeMap;
@@ -22,37 +24,16 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use crate::model::Tally;
+pub use crate::time::{system_clock, Clock, Millis};
 pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFAULT_CACHE_BYTES};
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
 
-use crate::decisions::{Decision, DecisionQuery, MAX_JOURNAL_LIMIT};
+use crate::decisions::{Decision, DecisionQuery};
 use crate::error::{Error, Result};
+use crate::limits::{MAX_BATCH, MAX_CAP, MAX_JOURNAL_LIMIT, MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::model::{Candidate, Kind, Record, ScopeKey, ValidCandidate, WriteCounts};
-use crate::plan::MAX_CAP;
 use crate::text::utf16_len;
-
-/// The most records `list` and `retrieve` answer.
-pub const MAX_LIMIT: usize = 50;
-/// The most candidates one write takes.
-pub const MAX_BATCH: usize = 50;
-/// The most UTF-16 units of a query.
-pub const MAX_QUERY_UNITS: usize = 4000;
-
-/// Milliseconds since the Unix epoch.
-pub type Millis = i64;
-
-/// Where a store reads the time; tests pass a fake one.
-pub type Clock = Arc<dyn Fn() -> Millis + Send + Sync>;
-
-/// The wall clock.
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    })
-}
 
 /// Options of one write.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -444,7 +425,7 @@ pub(crate) fn validate_limit(limit: usize) -> Result<()> {
 /// or control character. Any other id names no record, and saying so beats answering `false`.
 pub(crate) fn validate_forget_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
-        && utf16_len(id) <= crate::model::MAX_REF_UNITS
+        && utf16_len(id) <= crate::limits::MAX_REF_UNITS
         && !id
             .chars()
             .any(|c| c.is_whitespace() || crate::text::is_js_whitespace(c) || c.is_control());
@@ -453,7 +434,7 @@ pub(crate) fn validate_forget_id(id: &str) -> Result<()> {
     } else {
         Err(Error::invalid(format!(
             "id must be a non-empty string of at most {} characters with no whitespace",
-            crate::model::MAX_REF_UNITS
+            crate::limits::MAX_REF_UNITS
         )))
     }
 }
@@ -503,50 +484,5 @@ impl ListFilter {
                 .terms()
                 .any(|t| wanted.contains(t)),
         }
-    }
-}
-
-/// The UTC day (days since the epoch) of a time.
-pub fn day_of(ms: Millis) -> i64 {
-    ms.div_euclid(86_400_000)
-}
-
-/// `YYYY-MM-DD HH:MM:SS` (UTC) of a time in milliseconds.
-pub fn format_ms(ms: Millis) -> String {
-    let secs = ms.div_euclid(1000).rem_euclid(86_400);
-    format!(
-        "{} {:02}:{:02}:{:02}",
-        format_day(day_of(ms)),
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
-
-/// `YYYY-MM-DD` of a day number (days since 1970-01-01, proleptic Gregorian).
-pub fn format_day(day: i64) -> String {
-    // Howard Hinnant's civil_from_days.
-    let z = day + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn days_format_as_utc_dates() {
-        assert_eq!(format_day(0), "1970-01-01");
-        assert_eq!(format_day(day_of(1_795_996_800_000)), "2026-11-30");
-        assert_eq!(format_day(-1), "1969-12-31");
-        assert_eq!(format_day(day_of(951_782_400_000)), "2000-02-29");
     }
 }

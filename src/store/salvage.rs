@@ -277,7 +277,7 @@ fn indexed_ids(index: &Path, work: &Path) -> BTreeSet<String> {
     if !index.is_dir() || copy_dir(index, work).is_err() {
         return BTreeSet::new();
     }
-    match crate::index::KeywordIndex::open(work) {
+    match crate::store::index::KeywordIndex::open(work) {
         Ok(opened) => opened.index.ids().unwrap_or_default().into_iter().collect(),
         Err(_) => BTreeSet::new(),
     }

@@ -603,7 +603,7 @@ fn counters_are_per_scope_per_day() {
         assert_eq!((d1.inserted, d1.deduped, d1.swept), (1, 1, 1));
         assert_eq!(
             store
-                .stats(lessons::store::day_of(T0) + 1)
+                .stats(lessons::internals::day_of(T0) + 1)
                 .expect("stats")
                 .len(),
             1

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::super::Clock;
 use super::EmbeddedStore;
 use crate::error::Result;
-use crate::plan::DEFAULT_CAP;
+use crate::limits::DEFAULT_CAP;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use super::scopes::Scope;
 use super::{st, Shared};
 use crate::error::{Error, Result};
 use crate::fts::FtsDoc;
-use crate::index::IndexOp;
 use crate::model::{Kind, Record, ScopeKey};
+use crate::store::index::IndexOp;
 
 /// One scope's batch being built, with what it changes in the scope's active set.
 pub(super) struct Tx {

@@ -19,7 +19,7 @@ use super::{st, Shared};
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery, RejectedFact};
 use crate::error::Result;
 use crate::model::{Record, ScopeKey, Status, ValidCandidate};
-use crate::plan::{self, Outcome};
+use crate::store::plan::{self, Outcome};
 
 /// Decision-journal entries a batch adds to one scope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +178,7 @@ impl Shared {
 
     /// Entries older than this are pruned, and no read shows them.
     fn journal_cutoff(&self) -> i64 {
-        (self.clock)().saturating_sub(i64::from(self.journal.days) * 86_400_000)
+        (self.clock)().saturating_sub(i64::from(self.journal.days) * crate::time::DAY_MS)
     }
 
     pub(super) fn read_decisions(
@@ -247,7 +247,7 @@ impl Shared {
         let cutoff = self.journal_cutoff();
         let cap = self.journal.cap;
         let over = cap + cap / 16;
-        let late = cutoff.saturating_sub(i64::from(self.journal.days) * 86_400_000 / 16);
+        let late = cutoff.saturating_sub(i64::from(self.journal.days) * crate::time::DAY_MS / 16);
         let due: Vec<(ScopeKey, Prune)> = self
             .journal
             .tallies

@@ -4,7 +4,7 @@
 //! (`last batch`), so the records say how far they reach: the number of the last batch that
 //! survived. Two witnesses outlive the records' journal, and each says how far it reached:
 //! - every index commit carries the number of the last batch that was durable before it
-//!   ([`crate::index::Mark`]);
+//!   ([`crate::store::index::Mark`]);
 //! - a clean close leaves `clean-close` in the store directory: the number of the last batch,
 //!   after every batch was persisted.
 //!

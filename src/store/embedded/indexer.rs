@@ -10,8 +10,8 @@ use super::super::codec::{self, ScopeMeta};
 use super::{st, Shared};
 use crate::error::{Error, Result};
 use crate::fts::FtsDoc;
-use crate::index::{IndexOp, Mark};
 use crate::model::{RecordId, ScopeKey};
+use crate::store::index::{IndexOp, Mark};
 
 /// Index operations between their outbox entry and the tantivy commit that covers them.
 #[derive(Default)]

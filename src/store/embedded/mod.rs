@@ -44,18 +44,18 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::{Condvar, Mutex};
 
 use super::codec;
-use super::{system_clock, Clock};
 use crate::error::{Error, ErrorKind, Result};
-use crate::index::KeywordIndex;
+use crate::limits::MAX_CAP;
 use crate::model::ScopeKey;
-use crate::plan::MAX_CAP;
+use crate::store::index::KeywordIndex;
+use crate::time::{system_clock, Clock};
 use commit::SyncState;
 use indexer::Ops;
 use scopes::Scopes;
 
 /// The newest facts a scope's window holds: any fact list without a query up to the largest
 /// limit is answered from it.
-const WINDOW_LEN: usize = crate::store::MAX_LIMIT;
+const WINDOW_LEN: usize = crate::limits::MAX_LIMIT;
 
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
@@ -609,7 +609,7 @@ fn explain_with_the_disk(e: Error, dir: &Path) -> Error {
 /// witness saw (see `evidence`).
 fn lost_writes(
     recovered: u64,
-    index: Option<crate::index::Mark>,
+    index: Option<crate::store::index::Mark>,
     clean_close: Option<u64>,
 ) -> Option<evidence::Damage> {
     let from_index = index

@@ -8,20 +8,21 @@ use fjall::Readable;
 
 use super::super::codec::{self, ScopeMeta};
 use super::super::{
-    format_day, validate_limit, validate_query, validate_write, DayStats, ImportReport, ListQuery,
-    MemoryStore, SweepReceipt, Window, WriteOptions,
+    validate_limit, validate_query, validate_write, DayStats, ImportReport, ListQuery, MemoryStore,
+    SweepReceipt, Window, WriteOptions,
 };
 use super::commit::Ticket;
 use super::records::with_status;
 use super::{st, EmbeddedStore, Shared};
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::{Error, ErrorKind, Result};
-use crate::index::IndexOp;
 use crate::model::{
     Candidate, Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts,
 };
-use crate::plan::{self};
+use crate::store::index::IndexOp;
+use crate::store::plan::{self};
 use crate::text::normalize;
+use crate::time::format_day;
 
 impl MemoryStore for EmbeddedStore {
     fn write(

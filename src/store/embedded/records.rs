@@ -6,16 +6,17 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::super::codec::{self, ScopeMeta};
-use super::super::{day_of, DayCounters};
+use super::super::DayCounters;
 use super::commit::{Change, Old, Tx};
 use super::order::lru_key;
 use super::{st, Shared};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fts::FtsDoc;
-use crate::index::IndexOp;
 use crate::model::{Kind, Record, ScopeKey, Status};
-use crate::plan::ActiveMeta;
+use crate::store::index::IndexOp;
+use crate::store::plan::ActiveMeta;
 use crate::text::normalize;
+use crate::time::day_of;
 
 impl Shared {
     pub(super) fn stored_meta(&self, scope: &ScopeKey) -> Result<Option<ScopeMeta>> {

@@ -95,7 +95,7 @@ impl Shared {
         terms: &[String],
     ) -> Result<Vec<(f64, u64)>> {
         let stats = self.fts_stats(scope, state)?;
-        let pending: Vec<crate::index::Hit> = self
+        let pending: Vec<crate::store::index::Hit> = self
             .queue
             .ops
             .lock()
@@ -103,14 +103,14 @@ impl Shared {
             .values()
             .flatten()
             .filter(|d| &d.scope == scope)
-            .map(|d| crate::index::Hit {
+            .map(|d| crate::store::index::Hit {
                 seq: d.seq,
                 len: d.doc.len,
                 freqs: d.doc.freqs(terms),
             })
             .filter(|h| h.freqs.iter().any(|&f| f > 0))
             .collect();
-        let mut hits: crate::text::FnvMap<u64, crate::index::Hit> = self
+        let mut hits: crate::text::FnvMap<u64, crate::store::index::Hit> = self
             .index
             .matches(scope.as_str(), terms)?
             .into_iter()

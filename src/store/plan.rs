@@ -30,11 +30,6 @@ use std::collections::{BTreeMap, HashMap};
 use crate::model::{RecordId, ScopeKey, Status, ValidCandidate, WriteCounts};
 use crate::text::normalize;
 
-/// The default number of active records a scope may hold.
-pub const DEFAULT_CAP: usize = 500;
-/// The largest cap a store or a write may ask for.
-pub const MAX_CAP: usize = 10_000;
-
 /// What the planner needs to know about one active record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ActiveMeta {
