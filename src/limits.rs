@@ -34,5 +34,9 @@ pub const MAX_JOURNAL_LIMIT: usize = 1000;
 pub const MAX_BODY_BYTES: usize = 512 * 1024;
 /// The most records one `/import` request carries, and one chunk of `lessons import` holds.
 pub const MAX_IMPORT: usize = 1000;
+/// The most UTF-16 units of a run's brief, request or answer sent to the run routes.
+pub const MAX_RUN_TEXT_UNITS: usize = 100_000;
+/// The most days a review looks back.
+pub const MAX_REVIEW_DAYS: u32 = 90;
 /// The most bytes of an extractor reply that reflection reads.
 pub const MAX_REPLY_BYTES: usize = 256 * 1024;

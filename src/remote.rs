@@ -20,7 +20,7 @@ use crate::contract::{
 
 use crate::decisions::{Decision, DecisionQuery};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Candidate, Record, ScopeKey, WriteCounts};
+use crate::model::{Candidate, Record, Retrieved, ScopeKey, WriteCounts};
 use crate::store::{DayStats, ImportReport, ListQuery, MemoryStore, SweepReceipt, WriteOptions};
 
 /// A store behind an HTTP server that speaks the memory Worker's contract.
@@ -217,13 +217,19 @@ impl MemoryStore for RemoteStore {
         Ok(answer.records)
     }
 
-    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+    /// Marks no record as a first use: the answer's JSON does not say.
+    fn retrieve_marked(
+        &self,
+        scope: &ScopeKey,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Retrieved>> {
         let request = RetrieveRequest {
             scope_key: scope.clone(),
             query: query.to_owned(),
             limit,
         };
-        match self.call::<RecordsAnswer<Record>>("/retrieve", &request) {
+        match self.call::<RecordsAnswer<Retrieved>>("/retrieve", &request) {
             Ok(answer) => Ok(answer.records),
             Err(e) if e.is_invalid() || !self.degrade_retrieve => Err(e),
             Err(e) => {

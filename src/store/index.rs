@@ -417,6 +417,15 @@ fn body(scope: &str, fts: &FtsDoc) -> String {
 }
 
 impl IndexOp {
+    /// The operation that makes the index hold active record `r`.
+    pub fn upsert(r: &crate::model::Record) -> IndexOp {
+        IndexOp::Upsert {
+            id: r.id.clone(),
+            scope: r.scope_key.as_str().to_owned(),
+            fts: std::sync::Arc::new(crate::fts::FtsDoc::of(&r.text, &r.keywords)),
+        }
+    }
+
     /// The record id the operation is about.
     pub fn id(&self) -> &str {
         match self {

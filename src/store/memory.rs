@@ -245,12 +245,6 @@ impl MemoryStore for InMemoryStore {
             .collect())
     }
 
-    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
-        Ok(crate::model::Retrieved::records(
-            self.retrieve_marked(scope, query, limit)?,
-        ))
-    }
-
     fn retrieve_marked(
         &self,
         scope: &ScopeKey,

@@ -12,6 +12,7 @@
 
 pub(crate) mod codec;
 mod embedded;
+pub(crate) mod engine;
 pub(crate) mod index;
 mod journal;
 mod memory;
@@ -32,7 +33,7 @@ pub use salvage::{salvage, SalvageReport};
 use crate::decisions::{Decision, DecisionQuery};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, MAX_CAP, MAX_JOURNAL_LIMIT, MAX_LIMIT, MAX_QUERY_UNITS};
-use crate::model::{Candidate, Kind, Record, ScopeKey, ValidCandidate, WriteCounts};
+use crate::model::{Candidate, Kind, Record, Retrieved, ScopeKey, ValidCandidate, WriteCounts};
 use crate::text::utf16_len;
 
 /// Options of one write.
@@ -296,26 +297,20 @@ pub trait MemoryStore: Send + Sync {
     }
 
     /// The best `limit` active records for `query`; bumps every returned record.
-    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>>;
+    fn retrieve(&self, scope: &ScopeKey, query: &str, limit: usize) -> Result<Vec<Record>> {
+        Ok(Retrieved::records(
+            self.retrieve_marked(scope, query, limit)?,
+        ))
+    }
 
     /// [`retrieve`](Self::retrieve), each record marked with whether this was its first use,
-    /// which the wire answer shows (see [`crate::model::Retrieved`]). A store that cannot tell
-    /// marks none.
+    /// which the wire answer shows (see [`Retrieved`]).
     fn retrieve_marked(
         &self,
         scope: &ScopeKey,
         query: &str,
         limit: usize,
-    ) -> Result<Vec<crate::model::Retrieved>> {
-        Ok(self
-            .retrieve(scope, query, limit)?
-            .into_iter()
-            .map(|record| crate::model::Retrieved {
-                record,
-                first_use: false,
-            })
-            .collect())
-    }
+    ) -> Result<Vec<Retrieved>>;
 
     /// Flips an active record of `scope` to `forgotten`; `false` if there was none.
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool>;

@@ -300,7 +300,7 @@ fn read_copy(
                 ErrorKind::Damaged,
                 format!(
                     "the tables do not open: {}",
-                    crate::error::describe_fjall(&e)
+                    crate::store::engine::describe_fjall(&e)
                 ),
             )
         })?;
@@ -308,7 +308,7 @@ fn read_copy(
     for name in ["active", "retired"] {
         let ks = db
             .keyspace(name, KeyspaceCreateOptions::default)
-            .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))?;
+            .map_err(|e| crate::store::engine::storage(format!("opening keyspace {name}"), e))?;
         let mut failures = 0;
         for g in ks.iter() {
             match g.value() {
@@ -333,7 +333,7 @@ fn read_copy(
     // A usage entry lost to a bad block costs a count, not a record: read what reads.
     let usage = db
         .keyspace("usage", KeyspaceCreateOptions::default)
-        .map_err(|e| Error::storage("opening keyspace usage", e))?;
+        .map_err(|e| crate::store::engine::storage("opening keyspace usage", e))?;
     for g in usage.iter() {
         match g.into_inner() {
             Ok((k, v)) => match as_usage(&k, &v) {
@@ -353,7 +353,7 @@ fn read_copy(
     }
     let ks = db
         .keyspace("decisions", KeyspaceCreateOptions::default)
-        .map_err(|e| Error::storage("opening keyspace decisions", e))?;
+        .map_err(|e| crate::store::engine::storage("opening keyspace decisions", e))?;
     let mut failures = 0;
     for g in ks.iter() {
         match g.into_inner() {
@@ -386,7 +386,7 @@ fn read_key_by_key(
 ) -> Result<()> {
     let open = |name: &str| {
         db.keyspace(name, KeyspaceCreateOptions::default)
-            .map_err(|e| Error::storage(format!("opening keyspace {name}"), e))
+            .map_err(|e| crate::store::engine::storage(format!("opening keyspace {name}"), e))
     };
     let (active, retired, scopes) = (open("active")?, open("retired")?, open("scopes")?);
     let mut upper: BTreeMap<ScopeKey, u64> = BTreeMap::new();

@@ -142,12 +142,12 @@ fn memory_off_means_no_block_and_no_store_call() {
         ) -> lessons::Result<Vec<lessons::Record>> {
             panic!("called")
         }
-        fn retrieve(
+        fn retrieve_marked(
             &self,
             _: &ScopeKey,
             _: &str,
             _: usize,
-        ) -> lessons::Result<Vec<lessons::Record>> {
+        ) -> lessons::Result<Vec<lessons::model::Retrieved>> {
             panic!("called")
         }
         fn forget(&self, _: &ScopeKey, _: &str) -> lessons::Result<bool> {

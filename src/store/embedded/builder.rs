@@ -1,11 +1,8 @@
 //! Configuring and opening an `EmbeddedStore`: cap, durability, clock, index commits, cache.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::super::Clock;
-use super::EmbeddedStore;
-use crate::error::Result;
 use crate::limits::DEFAULT_CAP;
 
 /// When a write is acknowledged.
@@ -109,10 +106,5 @@ impl EmbeddedStoreBuilder {
             max_bytes: bytes,
         };
         self
-    }
-
-    /// Opens (or creates) the store in `dir`.
-    pub fn open(self, dir: impl AsRef<Path>) -> Result<EmbeddedStore> {
-        EmbeddedStore::open_with(self, dir.as_ref())
     }
 }

@@ -9,45 +9,24 @@
 //! will remove: a scope's journal reads as at most `cap` entries, none older than `days`.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::RecordId;
-use fjall::{OwnedWriteBatch, Readable};
+use fjall::{Database, Keyspace, OwnedWriteBatch, Readable};
+use parking_lot::Mutex;
 
-use super::super::codec;
-use super::{st, Shared};
+use super::group::GroupCommit;
+use super::tx::{Growth, Tx};
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery, RejectedFact};
 use crate::error::Result;
-use crate::model::{Record, ScopeKey, Status, ValidCandidate};
+use crate::model::{Record, RecordId, ScopeKey, Status, ValidCandidate};
+use crate::store::codec;
+use crate::store::engine::st;
 use crate::store::plan::{self, Outcome};
-
-/// Decision-journal entries a batch adds to one scope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Growth {
-    pub(super) entries: usize,
-    /// The time of the oldest of them (`i64::MAX`: none).
-    pub(super) oldest: i64,
-}
-
-impl Default for Growth {
-    fn default() -> Growth {
-        Growth {
-            entries: 0,
-            oldest: i64::MAX,
-        }
-    }
-}
-
-impl Growth {
-    pub(super) fn add(&mut self, other: Growth) {
-        self.entries += other.entries;
-        self.oldest = self.oldest.min(other.oldest);
-    }
-}
+use crate::time::{Clock, DAY_MS};
 
 /// What the pruner knows of one scope's journal (see the module's notes).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Tally {
+struct Tally {
     /// Entries on disk: once `counted`, exact; before, those added since open.
     entries: usize,
     /// The time of the oldest entry (`i64::MAX`: none), once `counted`.
@@ -69,14 +48,11 @@ impl Default for Tally {
 /// The tallies the last clean close recorded, if no batch came after them (`last_batch`);
 /// otherwise none, and each scope is counted again when next written. Never fails an open:
 /// the tallies only spare a count.
-pub(super) fn load_tallies(
-    meta: &fjall::Keyspace,
-    last_batch: u64,
-) -> std::collections::HashMap<ScopeKey, Tally> {
+fn load_tallies(meta: &Keyspace, last_batch: u64) -> HashMap<ScopeKey, Tally> {
     let saved = match meta.get(codec::JOURNAL_TALLIES) {
         Ok(Some(v)) => codec::decode::<codec::JournalTallies>(&v, "the journal tallies"),
         Ok(None) => return Default::default(),
-        Err(e) => Err(crate::error::Error::storage(
+        Err(e) => Err(crate::store::engine::storage(
             "reading the journal tallies",
             e,
         )),
@@ -110,19 +86,63 @@ enum Prune {
     Oldest { entries: usize },
 }
 
-impl Shared {
+/// The decision journal on disk, and what pruning keeps of it.
+pub(super) struct DecisionJournal {
+    db: Database,
+    entries: Keyspace,
+    /// Where the tallies are recorded at a clean close.
+    meta: Keyspace,
+    /// Makes journal keys unique within a millisecond: seeded from the open time in
+    /// nanoseconds, so it also grows across reopens.
+    counter: AtomicU64,
+    days: u32,
+    cap: usize,
+    /// What the pruner knows of each scope's journal written since open. Grown only by
+    /// `grew`, which a commit calls under the group commit's lock.
+    tallies: Mutex<HashMap<ScopeKey, Tally>>,
+    clock: Clock,
+}
+
+impl DecisionJournal {
+    /// The journal in `entries`, keeping `days` days and `cap` entries per scope; the tallies
+    /// a clean close recorded are used while `last_batch` is still the last batch.
+    pub(super) fn new(
+        db: Database,
+        entries: Keyspace,
+        meta: Keyspace,
+        (days, cap): (u32, usize),
+        last_batch: u64,
+        clock: Clock,
+    ) -> DecisionJournal {
+        let tallies = load_tallies(&meta, last_batch);
+        DecisionJournal {
+            db,
+            entries,
+            meta,
+            counter: AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            ),
+            days,
+            cap,
+            tallies: Mutex::new(tallies),
+            clock,
+        }
+    }
+
     /// Adds `entries` to `batch` (the batch of the write they describe); the commit of the
-    /// batch must report the returned growth (`commit_growing`).
-    pub(super) fn journal(
+    /// batch must report the returned growth ([`grew`](Self::grew)).
+    pub(super) fn add_to(
         &self,
         batch: &mut OwnedWriteBatch,
         entries: &[Decision],
     ) -> Result<Growth> {
         let mut growth = Growth::default();
         for d in entries {
-            let counter = self.journal.counter.fetch_add(1, Ordering::Relaxed);
+            let counter = self.counter.fetch_add(1, Ordering::Relaxed);
             batch.insert(
-                &self.ks.decisions,
+                &self.entries,
                 codec::decision_key(&d.scope_key, d.time, counter),
                 codec::encode_decision(d)?,
             );
@@ -134,20 +154,16 @@ impl Shared {
         Ok(growth)
     }
 
-    /// `journal` into a transaction's batch, which its commit reports.
-    pub(super) fn journal_tx(
-        &self,
-        tx: &mut super::commit::Tx,
-        entries: &[Decision],
-    ) -> Result<()> {
-        let growth = self.journal(&mut tx.batch, entries)?;
+    /// `add_to` a transaction's batch, which its commit reports.
+    pub(super) fn add(&self, tx: &mut Tx, entries: &[Decision]) -> Result<()> {
+        let growth = self.add_to(&mut tx.batch, entries)?;
         tx.journaled.add(growth);
         Ok(())
     }
 
-    /// Counts entries a commit added (called under `GroupCommit::batches`, after the commit).
-    pub(super) fn journal_grew(&self, grew: &[(&ScopeKey, Growth)]) {
-        let mut tallies = self.journal.tallies.lock();
+    /// Counts entries a commit added (called under the group commit's lock, after the commit).
+    pub(super) fn grew(&self, grew: &[(&ScopeKey, Growth)]) {
+        let mut tallies = self.tallies.lock();
         for (scope, growth) in grew {
             let tally = tallies.entry((*scope).clone()).or_default();
             tally.entries += growth.entries;
@@ -157,9 +173,8 @@ impl Shared {
 
     /// Records every counted scope's tally in its own batch, so the next open need not count
     /// (see `load_tallies`). Called at a clean close, once nothing else commits.
-    pub(super) fn save_tallies(&self) -> Result<()> {
+    pub(super) fn save_tallies(&self, group: &GroupCommit) -> Result<()> {
         let scopes = self
-            .journal
             .tallies
             .lock()
             .iter()
@@ -167,30 +182,26 @@ impl Shared {
             .map(|(s, t)| (s.as_str().to_owned(), t.entries as u64, t.oldest))
             .collect();
         let value = codec::encode(&codec::JournalTallies {
-            batch: self.last_batch() + 1,
+            batch: group.last_batch() + 1,
             scopes,
         })?;
         let mut batch = self.db.batch();
-        batch.insert(&self.ks.meta, codec::JOURNAL_TALLIES, value);
-        self.commit_batch(batch)
-            .map_err(st("recording the decision journal's tallies"))
+        batch.insert(&self.meta, codec::JOURNAL_TALLIES, value);
+        group.commit(batch, "recording the decision journal's tallies", || {})
     }
 
     /// Entries older than this are pruned, and no read shows them.
-    fn journal_cutoff(&self) -> i64 {
-        (self.clock)().saturating_sub(i64::from(self.journal.days) * crate::time::DAY_MS)
+    fn cutoff(&self) -> i64 {
+        (self.clock)().saturating_sub(i64::from(self.days) * DAY_MS)
     }
 
-    pub(super) fn read_decisions(
-        &self,
-        scope: &ScopeKey,
-        query: &DecisionQuery,
-    ) -> Result<Vec<Decision>> {
+    /// `scope`'s entries, newest first, as `query` filters them.
+    pub(super) fn read(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         let mut out = Vec::new();
         // What pruning will remove reads as removed: entries past the cap or the age limit.
-        let since = query.since.max(self.journal_cutoff());
-        let entries = self.ks.decisions.prefix(codec::scope_key_prefix(scope));
-        for g in entries.take(self.journal.cap) {
+        let since = query.since.max(self.cutoff());
+        let entries = self.entries.prefix(codec::scope_key_prefix(scope));
+        for g in entries.take(self.cap) {
             let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
             // Newest first: once past `since`, every later entry is older still.
             if codec::decision_time(&k).is_some_and(|t| t < since) {
@@ -207,21 +218,19 @@ impl Shared {
         Ok(out)
     }
 
-    pub(super) fn export_decisions(
-        &self,
-        sink: &mut dyn FnMut(Decision) -> Result<()>,
-    ) -> Result<()> {
-        // Oldest first, so an import (which numbers entries in the order it reads them) keeps
-        // their order.
+    /// Every entry, oldest first, so an import (which numbers entries in the order it reads
+    /// them) keeps their order.
+    pub(super) fn export(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
         let snap = self.db.snapshot();
-        for g in snap.iter(&self.ks.decisions).rev() {
+        for g in snap.iter(&self.entries).rev() {
             let v = g.value().map_err(st("reading the decision journal"))?;
             sink(codec::decode_decision(&v)?)?;
         }
         Ok(())
     }
 
-    pub(super) fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {
+    /// Adds entries read from an export, a durable batch per thousand.
+    pub(super) fn import(&self, group: &GroupCommit, entries: &[Decision]) -> Result<u64> {
         for d in entries {
             d.validate()?;
         }
@@ -233,23 +242,21 @@ impl Shared {
             }
             let mut grew = Vec::with_capacity(by_scope.len());
             for (scope, list) in &by_scope {
-                grew.push((*scope, self.journal(&mut batch, list)?));
+                grew.push((*scope, self.add_to(&mut batch, list)?));
             }
-            let ticket = self.append_growing(batch, &grew)?;
-            self.wait_durable(ticket)?;
+            let ticket = group.append(batch, "importing decisions", || self.grew(&grew))?;
+            group.wait_durable(ticket)?;
         }
         Ok(entries.len() as u64)
     }
 
-    /// Drops entries older than `journal_days` and beyond `journal_cap` per scope, for the
-    /// scopes due (see the module's notes). Runs on the indexer thread, never in a write.
-    pub(super) fn prune_decisions(&self) -> Result<()> {
-        let cutoff = self.journal_cutoff();
-        let cap = self.journal.cap;
-        let over = cap + cap / 16;
-        let late = cutoff.saturating_sub(i64::from(self.journal.days) * crate::time::DAY_MS / 16);
+    /// Drops entries older than `days` and beyond `cap` per scope, for the scopes due (see
+    /// the module's notes). Runs on the indexer thread, never in a write.
+    pub(super) fn prune(&self, group: &GroupCommit) -> Result<()> {
+        let cutoff = self.cutoff();
+        let over = self.cap + self.cap / 16;
+        let late = cutoff.saturating_sub(i64::from(self.days) * DAY_MS / 16);
         let due: Vec<(ScopeKey, Prune)> = self
-            .journal
             .tallies
             .lock()
             .iter()
@@ -266,8 +273,8 @@ impl Shared {
             .collect();
         for (scope, how) in due {
             match how {
-                Prune::Count => self.count_and_prune(&scope, cutoff)?,
-                Prune::Oldest { entries } => self.prune_oldest(&scope, entries, cutoff)?,
+                Prune::Count => self.count_and_prune(group, &scope, cutoff)?,
+                Prune::Oldest { entries } => self.prune_oldest(group, &scope, entries, cutoff)?,
             }
         }
         Ok(())
@@ -275,24 +282,20 @@ impl Shared {
 
     /// Scans all of `scope`'s journal, newest first, removing what is past the cap or older
     /// than `cutoff`, and counts what it keeps.
-    fn count_and_prune(&self, scope: &ScopeKey, cutoff: i64) -> Result<()> {
-        // Taken under the commits' lock: entries committed after the snapshot are counted by
-        // `journal_grew` on top of the reset, those before it by the scan, none twice.
-        let snapshot = {
-            let _commits = self.group.batches.lock();
-            self.journal
-                .tallies
-                .lock()
-                .insert(scope.clone(), Tally::default());
+    fn count_and_prune(&self, group: &GroupCommit, scope: &ScopeKey, cutoff: i64) -> Result<()> {
+        // Taken between commits: entries committed after the snapshot are counted by `grew`
+        // on top of the reset, those before it by the scan, none twice.
+        let snapshot = group.between_commits(|| {
+            self.tallies.lock().insert(scope.clone(), Tally::default());
             self.db.snapshot()
-        };
+        });
         let mut batch = self.db.batch();
         let (mut kept, mut removed, mut oldest) = (0usize, 0usize, i64::MAX);
-        for g in snapshot.prefix(&self.ks.decisions, codec::scope_key_prefix(scope)) {
+        for g in snapshot.prefix(&self.entries, codec::scope_key_prefix(scope)) {
             let k = g.key().map_err(st("reading the decision journal"))?;
             let time = codec::decision_time(&k);
-            if time.is_some_and(|t| t < cutoff) || kept >= self.journal.cap {
-                batch.remove(&self.ks.decisions, k.to_vec());
+            if time.is_some_and(|t| t < cutoff) || kept >= self.cap {
+                batch.remove(&self.entries, k.to_vec());
                 removed += 1;
             } else {
                 kept += 1;
@@ -301,10 +304,9 @@ impl Shared {
         }
         // Not fsynced: a prune lost to a crash is redone after the next open.
         if removed > 0 {
-            self.commit_batch(batch)
-                .map_err(st("pruning the decision journal"))?;
+            group.commit(batch, "pruning the decision journal", || {})?;
         }
-        let mut tallies = self.journal.tallies.lock();
+        let mut tallies = self.tallies.lock();
         let tally = tallies.entry(scope.clone()).or_default();
         tally.entries += kept;
         tally.oldest = tally.oldest.min(oldest);
@@ -314,33 +316,33 @@ impl Shared {
 
     /// Removes `scope`'s oldest entries until it holds at most the cap (of the `entries` it
     /// held when the round began) and none older than `cutoff`.
-    fn prune_oldest(&self, scope: &ScopeKey, entries: usize, cutoff: i64) -> Result<()> {
-        let mut excess = entries.saturating_sub(self.journal.cap);
+    fn prune_oldest(
+        &self,
+        group: &GroupCommit,
+        scope: &ScopeKey,
+        entries: usize,
+        cutoff: i64,
+    ) -> Result<()> {
+        let mut excess = entries.saturating_sub(self.cap);
         let mut batch = self.db.batch();
         let mut removed = 0usize;
         // Entries committed since the round began are newer than any this scan removes.
         let mut oldest = (self.clock)();
-        for g in self
-            .ks
-            .decisions
-            .prefix(codec::scope_key_prefix(scope))
-            .rev()
-        {
+        for g in self.entries.prefix(codec::scope_key_prefix(scope)).rev() {
             let k = g.key().map_err(st("reading the decision journal"))?;
             let time = codec::decision_time(&k);
             if excess == 0 && time.is_none_or(|t| t >= cutoff) {
                 oldest = time.unwrap_or(oldest);
                 break;
             }
-            batch.remove(&self.ks.decisions, k.to_vec());
+            batch.remove(&self.entries, k.to_vec());
             removed += 1;
             excess = excess.saturating_sub(1);
         }
         if removed > 0 {
-            self.commit_batch(batch)
-                .map_err(st("pruning the decision journal"))?;
+            group.commit(batch, "pruning the decision journal", || {})?;
         }
-        let mut tallies = self.journal.tallies.lock();
+        let mut tallies = self.tallies.lock();
         let tally = tallies.entry(scope.clone()).or_default();
         tally.entries = tally.entries.saturating_sub(removed);
         tally.oldest = oldest;

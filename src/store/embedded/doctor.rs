@@ -1,16 +1,17 @@
 //! `doctor`: does the index hold exactly the active records, do the bookkeeping and the dedup
 //! keys agree with the records; and `--repair`, which rewrites them from the records.
 
-use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::collections::{BTreeMap, HashMap};
 
-use crate::model::RecordId;
 use fjall::Readable;
 
-use super::super::codec::{self, ScopeMeta};
-use super::{st, Shared};
-use crate::error::Result;
-use crate::model::{ScopeKey, Status};
+use super::records::Keyspaces;
+use super::shared::Shared;
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::{Kind, RecordId, ScopeKey, Status};
+use crate::store::codec::{self, ScopeMeta};
+use crate::store::engine::{describe_fjall, st};
+use crate::store::DayCounters;
 use crate::text::normalize;
 
 /// What `doctor` found.
@@ -52,449 +53,421 @@ impl Health {
     }
 }
 
-impl Shared {
-    /// The dedup keys `scope`'s active records call for: each normalized text's hash, listing
-    /// the records (with a dedup key) whose text normalizes to it.
-    fn wanted_dedup_keys(
-        &self,
-        snapshot: &fjall::Snapshot,
-        scope: Option<&ScopeKey>,
-    ) -> Result<std::collections::BTreeMap<Vec<u8>, Vec<u64>>> {
-        let mut wanted: std::collections::BTreeMap<Vec<u8>, Vec<u64>> = Default::default();
-        let records: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
-            Some(s) => Box::new(snapshot.prefix(&self.ks.active, codec::scope_key_prefix(s))),
-            None => Box::new(snapshot.iter(&self.ks.active)),
-        };
-        for g in records {
-            let v = g.value().map_err(st("reading records"))?;
-            let r = codec::decode_record(&v, None)?;
-            let Some(seq) = r.seq() else { continue };
-            if r.dedup_key {
-                wanted
-                    .entry(codec::norm_key(&r.scope_key, &normalize(&r.text)))
-                    .or_default()
-                    .push(seq);
-            }
+/// The dedup keys `scope`'s active records call for: each normalized text's hash, listing
+/// the records (with a dedup key) whose text normalizes to it.
+fn wanted_dedup_keys(
+    ks: &Keyspaces,
+    snapshot: &fjall::Snapshot,
+    scope: Option<&ScopeKey>,
+) -> Result<BTreeMap<Vec<u8>, Vec<u64>>> {
+    let mut wanted: BTreeMap<Vec<u8>, Vec<u64>> = Default::default();
+    let records: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
+        Some(s) => Box::new(snapshot.prefix(&ks.active, codec::scope_key_prefix(s))),
+        None => Box::new(snapshot.iter(&ks.active)),
+    };
+    for g in records {
+        let v = g.value().map_err(st("reading records"))?;
+        let r = codec::decode_record(&v, None)?;
+        let Some(seq) = r.seq() else { continue };
+        if r.dedup_key {
+            wanted
+                .entry(codec::norm_key(&r.scope_key, &normalize(&r.text)))
+                .or_default()
+                .push(seq);
         }
-        for seqs in wanted.values_mut() {
-            seqs.sort_unstable();
-        }
-        Ok(wanted)
     }
-
-    /// Usage entries (of `scope`, or of every scope) whose record is not active: every write
-    /// that retires or removes a record removes its entry in the same batch, so one is
-    /// bookkeeping left behind by damage, read by nothing, and removed by a repair.
-    fn orphan_usage(
-        &self,
-        snapshot: &fjall::Snapshot,
-        scope: Option<&ScopeKey>,
-    ) -> Result<Vec<(ScopeKey, u64)>> {
-        let entries: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
-            Some(s) => Box::new(snapshot.prefix(&self.ks.usage, codec::scope_key_prefix(s))),
-            None => Box::new(snapshot.iter(&self.ks.usage)),
-        };
-        let mut out = Vec::new();
-        for g in entries {
-            let k = g.key().map_err(st("reading records' use"))?;
-            let Some((scope, seq)) = codec::active_key_parts(&k)
-                .and_then(|(s, seq)| Some((std::str::from_utf8(s).ok()?, seq)))
-                .and_then(|(s, seq)| Some((ScopeKey::parse(s).ok()?, seq)))
-            else {
-                return Err(crate::error::Error::new(
-                    crate::error::ErrorKind::Damaged,
-                    "a usage entry's key is not a record's key",
-                ));
-            };
-            if fjall::Readable::get(snapshot, &self.ks.active, k.as_ref())
-                .map_err(st("reading a record"))?
-                .is_none()
-            {
-                out.push((scope, seq));
-            }
-        }
-        Ok(out)
+    for seqs in wanted.values_mut() {
+        seqs.sort_unstable();
     }
-
-    /// Dedup keys that disagree with the active records: (scope, the key's first listed or
-    /// wanted record, what is wrong).
-    pub(super) fn norm_problems(&self) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
-        let snapshot = self.db.snapshot();
-        let mut wanted = self.wanted_dedup_keys(&snapshot, None)?;
-        let mut out = Vec::new();
-        for g in snapshot.iter(&self.ks.norms) {
-            let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
-            let Some(scope) = codec::scope_bytes(&k)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(|n| ScopeKey::parse(n).ok())
-            else {
-                continue;
-            };
-            let held = codec::decode_seqs(&v)?;
-            let want = wanted.remove(k.as_ref()).unwrap_or_default();
-            for &seq in held.iter().filter(|s| !want.contains(s)) {
-                out.push((scope.clone(), seq, NormProblem::Dangling));
-            }
-            for &seq in want.iter().filter(|s| !held.contains(s)) {
-                out.push((scope.clone(), seq, NormProblem::Missing));
-            }
-        }
-        for (k, seqs) in wanted {
-            let Some(scope) = codec::scope_bytes(&k)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(|n| ScopeKey::parse(n).ok())
-            else {
-                continue;
-            };
-            for seq in seqs {
-                out.push((scope.clone(), seq, NormProblem::Missing));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Rewrites `scope`'s dedup keys from its active records into `batch`; returns how many
-    /// keys changed.
-    fn rewrite_dedup_keys(
-        &self,
-        batch: &mut fjall::OwnedWriteBatch,
-        scope: &ScopeKey,
-    ) -> Result<u64> {
-        let snapshot = self.db.snapshot();
-        let wanted = self.wanted_dedup_keys(&snapshot, Some(scope))?;
-        let mut changed = 0;
-        for g in snapshot.prefix(&self.ks.norms, codec::scope_key_prefix(scope)) {
-            let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
-            let held = codec::decode_seqs(&v).unwrap_or_default();
-            if wanted.get(k.as_ref()) != Some(&held) {
-                batch.remove(&self.ks.norms, k.to_vec());
-                changed += 1;
-            }
-        }
-        for (k, seqs) in wanted {
-            let current = snapshot
-                .get(&self.ks.norms, &k)
-                .map_err(st("reading the dedup index"))?
-                .map(|v| codec::decode_seqs(&v).unwrap_or_default());
-            if current.as_ref() != Some(&seqs) {
-                batch.insert(&self.ks.norms, k, codec::encode(&seqs)?);
-                changed += 1;
-            }
-        }
-        Ok(changed)
-    }
-
-    /// Upgrades a version 1 store in place: its dedup keys (one per record, found by prefix
-    /// scans) are replaced by version 2's (one per normalized text, found by a point read),
-    /// then the format says 2. Interrupted, it starts over at the next open: the keys are
-    /// derived from the records.
-    pub(super) fn upgrade_dedup_keys(&self) -> Result<()> {
-        log::info!(
-            "[store] upgrading {} to format {}: rebuilding its dedup keys",
-            self.dir.display(),
-            codec::STORE_FORMAT
-        );
-        self.ks
-            .norms
-            .clear()
-            .map_err(st("clearing the version 1 dedup keys"))?;
-        let snapshot = self.db.snapshot();
-        let wanted = self.wanted_dedup_keys(&snapshot, None)?;
-        let mut batch = self.db.batch();
-        let mut n = 0;
-        for (k, seqs) in wanted {
-            batch.insert(&self.ks.norms, k, codec::encode(&seqs)?);
-            n += 1;
-            if n % 10_000 == 0 {
-                let full = std::mem::replace(&mut batch, self.db.batch());
-                let ticket = self.append(full)?;
-                self.wait_durable(ticket)?;
-            }
-        }
-        batch.insert(&self.ks.meta, "format", [codec::STORE_FORMAT]);
-        let ticket = self.append(batch)?;
-        self.wait_durable(ticket)
-    }
-
-    /// Rewrites every scope's bookkeeping and dedup keys from its records, one scope at a time
-    /// under its lock. Returns how many entries it changed.
-    pub(super) fn repair_bookkeeping(&self) -> Result<u64> {
-        let mut changed = 0;
-        for scope in self.all_scopes()? {
-            let state = self.scopes.get(&scope);
-            let _guard = state.write.lock();
-            let derived = self.derive_meta(&scope)?;
-            let stored = self.stored_meta(&scope)?;
-            let mut batch = self.db.batch();
-            let meta = ScopeMeta {
-                next_seq: stored.map_or(0, |m| m.next_seq).max(derived.next_seq),
-                active: derived.active,
-            };
-            if stored != Some(meta) {
-                batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-                changed += 1;
-            }
-            changed += self.rewrite_dedup_keys(&mut batch, &scope)?;
-            let snapshot = self.db.snapshot();
-            for (_, seq) in self.orphan_usage(&snapshot, Some(&scope))? {
-                for kind in [crate::model::Kind::Fact, crate::model::Kind::Summary] {
-                    batch.remove(&self.ks.usage, codec::active_key(&scope, kind, seq));
-                }
-                changed += 1;
-            }
-            let ticket = self.append(batch)?;
-            self.wait_durable(ticket)?;
-            // Everything derived from the scope is read again from its records on next need.
-            self.scopes
-                .update(&scope, &state, |d| *d = Default::default());
-        }
-        Ok(changed)
-    }
-
-    /// What the store knows of its damage, as `doctor` prints it.
-    fn damage_described(&self) -> Option<String> {
-        let damage = self.witness.damage.lock();
-        damage.as_ref().map(|d| d.describe(&self.dir))
-    }
-
-    pub(super) fn check(&self) -> Result<Health> {
-        let mut health = Health {
-            index_degraded: self.queue.degraded.load(Ordering::SeqCst),
-            indexed_documents: self.index.num_docs(),
-            ..Health::default()
-        };
-        // Every value of every keyspace is read and decoded: damage anywhere (the decision
-        // journal included) is found here, not by the export that needs it later.
-        health.unreadable = self.unreadable_values();
-        if !health.unreadable.is_empty() {
-            let what = format!("unreadable data: {}", health.unreadable.join("; "));
-            super::evidence::write_marker(&self.dir, &what)?;
-            *self.witness.damage.lock() = Some(super::evidence::Damage::Unreadable(what));
-            health.damage = self.damage_described();
-            return Ok(health);
-        }
-        if matches!(
-            &*self.witness.damage.lock(),
-            Some(super::evidence::Damage::Unreadable(_))
-        ) {
-            // What an earlier check found unreadable reads now (a file was restored).
-            super::evidence::clear_marker(&self.dir)?;
-            *self.witness.damage.lock() = None;
-        }
-        health.damage = self.damage_described();
-        health.lost = self.lost_ids(20)?;
-        let mut per_scope: HashMap<ScopeKey, u64> = HashMap::new();
-        let snapshot = self.db.snapshot();
-        for g in snapshot.iter(&self.ks.active) {
-            let (k, v) = g.into_inner().map_err(st("reading records"))?;
-            let r = codec::decode_record(&v, None)?;
-            health.active_records += 1;
-            *per_scope.entry(r.scope_key.clone()).or_default() += 1;
-            let Some(seq) = r.seq() else { continue };
-            if r.status != Status::Active
-                || k.as_ref() != codec::active_key(&r.scope_key, r.kind, seq).as_slice()
-            {
-                push_first(
-                    &mut health.problems,
-                    format!("{} is stored under the wrong key or status", r.id),
-                );
-            }
-            if !self.index.contains(&r.id)? {
-                push_first(&mut health.missing_from_index, r.id.clone());
-            }
-        }
-        for (scope, seq) in self.orphan_usage(&snapshot, None)? {
-            push_first(
-                &mut health.problems,
-                format!(
-                    "a usage entry names {}, which is not an active record",
-                    scope.record_id(seq)
-                ),
-            );
-        }
-        for scope in self.all_scopes()? {
-            let derived = self.derive_meta(&scope)?;
-            match self.stored_meta(&scope)? {
-                None if derived != ScopeMeta::default() => push_first(
-                    &mut health.problems,
-                    format!("{scope} holds records but has no bookkeeping"),
-                ),
-                None => {}
-                Some(meta) => {
-                    if meta.active != derived.active {
-                        push_first(
-                            &mut health.problems,
-                            format!(
-                                "{scope} counts {} active records but holds {}",
-                                meta.active, derived.active
-                            ),
-                        );
-                    }
-                    if meta.next_seq < derived.next_seq {
-                        push_first(
-                            &mut health.problems,
-                            format!(
-                                "{scope} would mint its next id at {} but holds records up to {}",
-                                meta.next_seq,
-                                derived.next_seq - 1
-                            ),
-                        );
-                    }
-                }
-            }
-        }
-        for (scope, seq, norm_key) in self.norm_problems()? {
-            push_first(
-                &mut health.problems,
-                match norm_key {
-                    NormProblem::Missing => {
-                        format!("{} has no dedup key", scope.record_id(seq))
-                    }
-                    NormProblem::Dangling => format!(
-                        "a dedup key lists {}, which is not an active record with that text",
-                        scope.record_id(seq)
-                    ),
-                },
-            );
-        }
-        Ok(health)
-    }
+    Ok(wanted)
 }
 
-/// Decodes one value of a keyspace, or says why it does not.
-type Decoder = dyn Fn(&[u8]) -> Result<()>;
+/// Usage entries (of `scope`, or of every scope) whose record is not active: every write
+/// that retires or removes a record removes its entry in the same batch, so one is
+/// bookkeeping left behind by damage, read by nothing, and removed by a repair.
+fn orphan_usage(
+    ks: &Keyspaces,
+    snapshot: &fjall::Snapshot,
+    scope: Option<&ScopeKey>,
+) -> Result<Vec<(ScopeKey, u64)>> {
+    let entries: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
+        Some(s) => Box::new(snapshot.prefix(&ks.usage, codec::scope_key_prefix(s))),
+        None => Box::new(snapshot.iter(&ks.usage)),
+    };
+    let mut out = Vec::new();
+    for g in entries {
+        let k = g.key().map_err(st("reading records' use"))?;
+        let Some((scope, seq)) = codec::active_key_parts(&k)
+            .and_then(|(s, seq)| Some((std::str::from_utf8(s).ok()?, seq)))
+            .and_then(|(s, seq)| Some((ScopeKey::parse(s).ok()?, seq)))
+        else {
+            return Err(Error::new(
+                ErrorKind::Damaged,
+                "a usage entry's key is not a record's key",
+            ));
+        };
+        if fjall::Readable::get(snapshot, &ks.active, k.as_ref())
+            .map_err(st("reading a record"))?
+            .is_none()
+        {
+            out.push((scope, seq));
+        }
+    }
+    Ok(out)
+}
 
-impl Shared {
-    /// Reads and decodes every value of every keyspace; names each keyspace where one fails.
-    fn unreadable_values(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let snapshot = self.db.snapshot();
-        let record = |v: &[u8]| codec::decode_record(v, None).map(drop);
-        let decision = |v: &[u8]| codec::decode_decision(v).map(drop);
-        let meta = |v: &[u8]| codec::decode::<ScopeMeta>(v, "a scope's bookkeeping").map(drop);
-        let day =
-            |v: &[u8]| codec::decode::<super::super::DayCounters>(v, "a day's counters").map(drop);
-        let outbox = |v: &[u8]| codec::decode::<Vec<String>>(v, "an outbox entry").map(drop);
-        let usage = |v: &[u8]| codec::decode_usage(v).map(drop);
-        let any = |_: &[u8]| Ok(());
-        let checks: [(&str, &fjall::Keyspace, &Decoder); 9] = [
-            ("records (active)", &self.ks.active, &record),
-            ("records (retired)", &self.ks.retired, &record),
-            ("the records' use", &self.ks.usage, &usage),
-            ("the dedup keys", &self.ks.norms, &any),
-            ("the scopes' bookkeeping", &self.ks.scopes, &meta),
-            ("the day counters", &self.ks.counters, &day),
-            ("the index outbox", &self.ks.outbox, &outbox),
-            ("the store's metadata", &self.ks.meta, &any),
-            ("the decision journal", &self.ks.decisions, &decision),
-        ];
-        for (name, ks, decode) in checks {
-            let mut failures = 0u64;
-            let mut first: Option<String> = None;
-            for g in snapshot.iter(ks) {
-                let failed = match g.into_inner() {
-                    Ok((_, v)) => decode(&v).err().map(|e| e.to_string()),
-                    Err(e) => Some(crate::error::describe_fjall(&e)),
-                };
-                if let Some(reason) = failed {
-                    failures += 1;
-                    first.get_or_insert(reason);
-                    // An iterator that keeps failing is stuck on one bad block.
-                    if failures > 1000 {
-                        break;
-                    }
+/// Dedup keys that disagree with the active records: (scope, the key's first listed or
+/// wanted record, what is wrong).
+fn norm_problems(s: &Shared) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
+    let ks = s.records.keyspaces();
+    let snapshot = s.records.snapshot();
+    let mut wanted = wanted_dedup_keys(ks, &snapshot, None)?;
+    let mut out = Vec::new();
+    for g in snapshot.iter(&ks.norms) {
+        let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
+        let Some(scope) = codec::scope_bytes(&k)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|n| ScopeKey::parse(n).ok())
+        else {
+            continue;
+        };
+        let held = codec::decode_seqs(&v)?;
+        let want = wanted.remove(k.as_ref()).unwrap_or_default();
+        for &seq in held.iter().filter(|s| !want.contains(s)) {
+            out.push((scope.clone(), seq, NormProblem::Dangling));
+        }
+        for &seq in want.iter().filter(|s| !held.contains(s)) {
+            out.push((scope.clone(), seq, NormProblem::Missing));
+        }
+    }
+    for (k, seqs) in wanted {
+        let Some(scope) = codec::scope_bytes(&k)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|n| ScopeKey::parse(n).ok())
+        else {
+            continue;
+        };
+        for seq in seqs {
+            out.push((scope.clone(), seq, NormProblem::Missing));
+        }
+    }
+    Ok(out)
+}
+
+/// Rewrites `scope`'s dedup keys from its active records into `batch`; returns how many
+/// keys changed.
+fn rewrite_dedup_keys(
+    s: &Shared,
+    batch: &mut fjall::OwnedWriteBatch,
+    scope: &ScopeKey,
+) -> Result<u64> {
+    let ks = s.records.keyspaces();
+    let snapshot = s.records.snapshot();
+    let wanted = wanted_dedup_keys(ks, &snapshot, Some(scope))?;
+    let mut changed = 0;
+    for g in snapshot.prefix(&ks.norms, codec::scope_key_prefix(scope)) {
+        let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
+        let held = codec::decode_seqs(&v).unwrap_or_default();
+        if wanted.get(k.as_ref()) != Some(&held) {
+            batch.remove(&ks.norms, k.to_vec());
+            changed += 1;
+        }
+    }
+    for (k, seqs) in wanted {
+        let current = snapshot
+            .get(&ks.norms, &k)
+            .map_err(st("reading the dedup index"))?
+            .map(|v| codec::decode_seqs(&v).unwrap_or_default());
+        if current.as_ref() != Some(&seqs) {
+            batch.insert(&ks.norms, k, codec::encode(&seqs)?);
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
+
+/// Upgrades a version 1 store in place: its dedup keys (one per record, found by prefix
+/// scans) are replaced by version 2's (one per normalized text, found by a point read),
+/// then the format says 2. Interrupted, it starts over at the next open: the keys are
+/// derived from the records.
+pub(super) fn upgrade_dedup_keys(s: &Shared) -> Result<()> {
+    let ks = s.records.keyspaces();
+    log::info!(
+        "[store] upgrading {} to format {}: rebuilding its dedup keys",
+        s.dir.display(),
+        codec::STORE_FORMAT
+    );
+    ks.norms
+        .clear()
+        .map_err(st("clearing the version 1 dedup keys"))?;
+    let snapshot = s.records.snapshot();
+    let wanted = wanted_dedup_keys(ks, &snapshot, None)?;
+    let mut batch = s.records.batch();
+    let mut n = 0;
+    for (k, seqs) in wanted {
+        batch.insert(&ks.norms, k, codec::encode(&seqs)?);
+        n += 1;
+        if n % 10_000 == 0 {
+            let full = std::mem::replace(&mut batch, s.records.batch());
+            s.group.append_durably(full, "upgrading the dedup keys")?;
+        }
+    }
+    s.records.mark_format_in(&mut batch);
+    s.group.append_durably(batch, "upgrading the dedup keys")
+}
+
+/// Rewrites every scope's bookkeeping and dedup keys from its records, one scope at a time
+/// under its lock. Returns how many entries it changed.
+pub(super) fn repair_bookkeeping(s: &Shared) -> Result<u64> {
+    let ks = s.records.keyspaces();
+    let mut changed = 0;
+    for scope in s.records.all_scopes()? {
+        let state = s.scopes.get(&scope);
+        let _guard = state.write.lock();
+        let derived = s.records.derive_meta(&scope)?;
+        let stored = s.records.stored_meta(&scope)?;
+        let mut batch = s.records.batch();
+        let meta = ScopeMeta {
+            next_seq: stored.map_or(0, |m| m.next_seq).max(derived.next_seq),
+            active: derived.active,
+        };
+        if stored != Some(meta) {
+            s.records.put_meta(&mut batch, &scope, &meta)?;
+            changed += 1;
+        }
+        changed += rewrite_dedup_keys(s, &mut batch, &scope)?;
+        let snapshot = s.records.snapshot();
+        for (_, seq) in orphan_usage(ks, &snapshot, Some(&scope))? {
+            for kind in [Kind::Fact, Kind::Summary] {
+                batch.remove(&ks.usage, codec::active_key(&scope, kind, seq));
+            }
+            changed += 1;
+        }
+        s.group.append_durably(batch, "repairing the bookkeeping")?;
+        // Everything derived from the scope is read again from its records on next need.
+        s.scopes.reset(&scope, &state);
+    }
+    Ok(changed)
+}
+
+pub(super) fn check(s: &Shared) -> Result<Health> {
+    let ks = s.records.keyspaces();
+    let mut health = Health {
+        index_degraded: s.queue.degraded(),
+        indexed_documents: s.index.num_docs(),
+        ..Health::default()
+    };
+    // Every value of every keyspace is read and decoded: damage anywhere (the decision
+    // journal included) is found here, not by the export that needs it later.
+    health.unreadable = unreadable_values(s);
+    if !health.unreadable.is_empty() {
+        let what = format!("unreadable data: {}", health.unreadable.join("; "));
+        s.witness.found_unreadable(what)?;
+        health.damage = s.witness.described();
+        return Ok(health);
+    }
+    // What an earlier check found unreadable reads now (a file was restored).
+    s.witness.unreadable_cleared()?;
+    health.damage = s.witness.described();
+    health.lost = lost_ids(s, 20)?;
+    let mut per_scope: HashMap<ScopeKey, u64> = HashMap::new();
+    let snapshot = s.records.snapshot();
+    for g in snapshot.iter(&ks.active) {
+        let (k, v) = g.into_inner().map_err(st("reading records"))?;
+        let r = codec::decode_record(&v, None)?;
+        health.active_records += 1;
+        *per_scope.entry(r.scope_key.clone()).or_default() += 1;
+        let Some(seq) = r.seq() else { continue };
+        if r.status != Status::Active
+            || k.as_ref() != codec::active_key(&r.scope_key, r.kind, seq).as_slice()
+        {
+            push_first(
+                &mut health.problems,
+                format!("{} is stored under the wrong key or status", r.id),
+            );
+        }
+        if !s.index.contains(&r.id)? {
+            push_first(&mut health.missing_from_index, r.id.clone());
+        }
+    }
+    for (scope, seq) in orphan_usage(ks, &snapshot, None)? {
+        push_first(
+            &mut health.problems,
+            format!(
+                "a usage entry names {}, which is not an active record",
+                scope.record_id(seq)
+            ),
+        );
+    }
+    for scope in s.records.all_scopes()? {
+        let derived = s.records.derive_meta(&scope)?;
+        match s.records.stored_meta(&scope)? {
+            None if derived != ScopeMeta::default() => push_first(
+                &mut health.problems,
+                format!("{scope} holds records but has no bookkeeping"),
+            ),
+            None => {}
+            Some(meta) => {
+                if meta.active != derived.active {
+                    push_first(
+                        &mut health.problems,
+                        format!(
+                            "{scope} counts {} active records but holds {}",
+                            meta.active, derived.active
+                        ),
+                    );
+                }
+                if meta.next_seq < derived.next_seq {
+                    push_first(
+                        &mut health.problems,
+                        format!(
+                            "{scope} would mint its next id at {} but holds records up to {}",
+                            meta.next_seq,
+                            derived.next_seq - 1
+                        ),
+                    );
                 }
             }
-            if let Some(reason) = first {
-                push_first(
-                    &mut out,
-                    format!("{name}: {failures} value(s), first: {reason}"),
-                );
+        }
+    }
+    for (scope, seq, norm_key) in norm_problems(s)? {
+        push_first(
+            &mut health.problems,
+            match norm_key {
+                NormProblem::Missing => {
+                    format!("{} has no dedup key", scope.record_id(seq))
+                }
+                NormProblem::Dangling => format!(
+                    "a dedup key lists {}, which is not an active record with that text",
+                    scope.record_id(seq)
+                ),
+            },
+        );
+    }
+    Ok(health)
+}
+
+/// Reads and decodes every value of every keyspace; names each keyspace where one fails.
+fn unreadable_values(s: &Shared) -> Vec<String> {
+    let mut out = Vec::new();
+    let snapshot = s.records.snapshot();
+    let record = |v: &[u8]| codec::decode_record(v, None).map(drop);
+    let decision = |v: &[u8]| codec::decode_decision(v).map(drop);
+    let meta = |v: &[u8]| codec::decode::<ScopeMeta>(v, "a scope's bookkeeping").map(drop);
+    let day = |v: &[u8]| codec::decode::<DayCounters>(v, "a day's counters").map(drop);
+    let outbox = |v: &[u8]| codec::decode::<Vec<String>>(v, "an outbox entry").map(drop);
+    let usage = |v: &[u8]| codec::decode_usage(v).map(drop);
+    let any = |_: &[u8]| Ok(());
+    for (name, ks) in s.records.keyspaces().named() {
+        // How each keyspace's values decode (those of `norms` and `meta` are raw bytes).
+        let decode: &dyn Fn(&[u8]) -> Result<()> = match name {
+            "records (active)" | "records (retired)" => &record,
+            "the records' use" => &usage,
+            "the scopes' bookkeeping" => &meta,
+            "the day counters" => &day,
+            "the index outbox" => &outbox,
+            "the decision journal" => &decision,
+            _ => &any,
+        };
+        let mut failures = 0u64;
+        let mut first: Option<String> = None;
+        for g in snapshot.iter(ks) {
+            let failed = match g.into_inner() {
+                Ok((_, v)) => decode(&v).err().map(|e| e.to_string()),
+                Err(e) => Some(describe_fjall(&e)),
+            };
+            if let Some(reason) = failed {
+                failures += 1;
+                first.get_or_insert(reason);
+                // An iterator that keeps failing is stuck on one bad block.
+                if failures > 1000 {
+                    break;
+                }
             }
         }
-        out
+        if let Some(reason) = first {
+            push_first(
+                &mut out,
+                format!("{name}: {failures} value(s), first: {reason}"),
+            );
+        }
     }
+    out
+}
 
-    /// Acknowledged ids no record of the store has (at most `limit`): those the keyword index
-    /// holds (active records), and those the witness of acknowledged ids puts past a scope's
-    /// next id (whatever their records became).
-    pub(super) fn lost_ids(&self, limit: usize) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for id in self.index.ids()? {
-            let held = match RecordId::parse(&id) {
-                Some(RecordId { scope, seq }) => self.load_any(&scope, seq)?.is_some(),
-                None => false,
-            };
-            if !held && seen.insert(id.clone()) {
+/// Acknowledged ids no record of the store has (at most `limit`): those the keyword index
+/// holds (active records), and those the witness of acknowledged ids puts past a scope's
+/// next id (whatever their records became).
+pub(super) fn lost_ids(s: &Shared, limit: usize) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for id in s.index.ids()? {
+        let held = match RecordId::parse(&id) {
+            Some(RecordId { scope, seq }) => s.records.load_any(&scope, seq)?.is_some(),
+            None => false,
+        };
+        if !held && seen.insert(id.clone()) {
+            out.push(id);
+            if out.len() == limit {
+                return Ok(out);
+            }
+        }
+    }
+    let witnessed = s.witness.next_ids();
+    for (scope, next) in witnessed {
+        let Ok(scope) = ScopeKey::parse(&scope) else {
+            continue;
+        };
+        let from = s.records.stored_meta(&scope)?.unwrap_or_default().next_seq;
+        for seq in from..next {
+            let id = scope.record_id(seq);
+            if s.records.load_any(&scope, seq)?.is_none() && seen.insert(id.clone()) {
                 out.push(id);
                 if out.len() == limit {
                     return Ok(out);
                 }
             }
         }
-        let witnessed = self.witness.next_ids.lock().clone();
-        for (scope, next) in witnessed {
-            let Ok(scope) = ScopeKey::parse(&scope) else {
-                continue;
-            };
-            let from = self.stored_meta(&scope)?.unwrap_or_default().next_seq;
-            for seq in from..next {
-                let id = scope.record_id(seq);
-                if self.load_any(&scope, seq)?.is_none() && seen.insert(id.clone()) {
-                    out.push(id);
-                    if out.len() == limit {
-                        return Ok(out);
-                    }
-                }
-            }
-        }
-        Ok(out)
     }
+    Ok(out)
+}
 
-    /// Accepts a proven loss: every scope's next id moves past the ids the index knows, the
-    /// batch numbers past every witness, and the index is rebuilt from the records that are
-    /// left. Refused for unreadable data, which only `salvage` reads around.
-    pub(super) fn accept_loss(&self) -> Result<Vec<String>> {
-        let witnessed = match &*self.witness.damage.lock() {
-            None => return Ok(Vec::new()),
-            Some(super::evidence::Damage::Lost { witnessed, .. }) => *witnessed,
-            Some(d @ super::evidence::Damage::Unreadable(_)) => return Err(d.refusal(&self.dir)),
-        };
-        let lost = self.lost_ids(usize::MAX)?;
-        let mut next: HashMap<ScopeKey, u64> = HashMap::new();
-        for id in &lost {
-            if let Some(RecordId { scope, seq }) = RecordId::parse(id) {
-                let n = next.entry(scope).or_default();
-                *n = (*n).max(seq + 1);
-            }
+/// Accepts a proven loss: every scope's next id moves past the ids the index knows, the
+/// batch numbers past every witness, and the index is rebuilt from the records that are
+/// left. Refused for unreadable data, which only `salvage` reads around.
+pub(super) fn accept_loss(s: &Shared) -> Result<Vec<String>> {
+    let Some(witnessed) = s.witness.acceptable_loss()? else {
+        return Ok(Vec::new());
+    };
+    let lost = lost_ids(s, usize::MAX)?;
+    let mut next: HashMap<ScopeKey, u64> = HashMap::new();
+    for id in &lost {
+        if let Some(RecordId { scope, seq }) = RecordId::parse(id) {
+            let n = next.entry(scope).or_default();
+            *n = (*n).max(seq + 1);
         }
-        {
-            let mut batches = self.group.batches.lock();
-            *batches = (*batches).max(witnessed);
-        }
-        let mut batch = self.db.batch();
-        for (scope, n) in &next {
-            let stored = self.stored_meta(scope)?.unwrap_or_default();
-            if stored.next_seq < *n {
-                let meta = ScopeMeta {
-                    next_seq: *n,
-                    ..stored
-                };
-                batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(&meta)?);
-            }
-        }
-        let ticket = self.append(batch)?;
-        self.wait_durable(ticket)?;
-        // The bookkeeping changed outside the write path: what memory holds is read again.
-        self.scopes.reset_all();
-        *self.witness.damage.lock() = None;
-        log::warn!(
-            "[store] accepted the loss of {} acknowledged record(s); their ids are never handed out again",
-            lost.len()
-        );
-        Ok(lost)
     }
+    s.group.skip_past(witnessed);
+    let mut batch = s.records.batch();
+    for (scope, n) in &next {
+        let stored = s.records.stored_meta(scope)?.unwrap_or_default();
+        if stored.next_seq < *n {
+            let meta = ScopeMeta {
+                next_seq: *n,
+                ..stored
+            };
+            s.records.put_meta(&mut batch, scope, &meta)?;
+        }
+    }
+    s.group.append_durably(batch, "accepting the loss")?;
+    // The bookkeeping changed outside the write path: what memory holds is read again.
+    s.scopes.reset_all();
+    s.witness.loss_accepted();
+    log::warn!(
+        "[store] accepted the loss of {} acknowledged record(s); their ids are never handed out again",
+        lost.len()
+    );
+    Ok(lost)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

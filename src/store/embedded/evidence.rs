@@ -20,15 +20,118 @@
 //! lost nothing is never refused.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::RecordId;
+use crate::store::index::IndexOp;
 
 const CLEAN_CLOSE: &str = "clean-close";
 const DAMAGED: &str = "damaged";
 const CLEAN_CLOSE_HEADER: &str = "lessons clean close, format 1";
 const NEXT_IDS: &str = "next-ids";
 const NEXT_IDS_HEADER: &str = "lessons next ids, format 1";
+
+/// What the store knows of lost and damaged data: what refuses writes, and which ids were ever
+/// acknowledged.
+pub(super) struct Witnesses {
+    dir: PathBuf,
+    /// Set when the store can prove it lost acknowledged writes, or holds data that does not
+    /// read: every write is refused with what happened and what to do.
+    damage: Mutex<Option<Damage>>,
+    /// The witness of acknowledged ids, as last written (see [`NextIds`]).
+    next_ids: Mutex<NextIds>,
+}
+
+impl Witnesses {
+    /// The witnesses of the store in `dir`: the damage found at open, the ids read there.
+    pub(super) fn new(dir: PathBuf, damage: Option<Damage>, next_ids: NextIds) -> Witnesses {
+        if let Some(d) = &damage {
+            log::error!("[store] {}", d.describe(&dir));
+        }
+        Witnesses {
+            dir,
+            damage: Mutex::new(damage),
+            next_ids: Mutex::new(next_ids),
+        }
+    }
+
+    /// Refuses a write to a store that lost acknowledged writes or holds unreadable data.
+    pub(super) fn refuse_if_damaged(&self) -> Result<()> {
+        match &*self.damage.lock() {
+            Some(d) => Err(d.refusal(&self.dir)),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn damaged(&self) -> bool {
+        self.damage.lock().is_some()
+    }
+
+    /// What the store knows of its damage, as `doctor` prints it.
+    pub(super) fn described(&self) -> Option<String> {
+        self.damage.lock().as_ref().map(|d| d.describe(&self.dir))
+    }
+
+    /// Records that the store's data does not read, here and for every later process.
+    pub(super) fn found_unreadable(&self, what: String) -> Result<()> {
+        write_marker(&self.dir, &what)?;
+        *self.damage.lock() = Some(Damage::Unreadable(what));
+        Ok(())
+    }
+
+    /// Forgets unreadable data an earlier check recorded (it reads now: a file was restored).
+    pub(super) fn unreadable_cleared(&self) -> Result<()> {
+        let mut damage = self.damage.lock();
+        if matches!(&*damage, Some(Damage::Unreadable(_))) {
+            clear_marker(&self.dir)?;
+            *damage = None;
+        }
+        Ok(())
+    }
+
+    /// The last batch a witness saw of a loss a repair may accept (`None`: no loss); data that
+    /// does not read is refused, since only a salvage reads around it.
+    pub(super) fn acceptable_loss(&self) -> Result<Option<u64>> {
+        match &*self.damage.lock() {
+            None => Ok(None),
+            Some(Damage::Lost { witnessed, .. }) => Ok(Some(*witnessed)),
+            Some(d @ Damage::Unreadable(_)) => Err(d.refusal(&self.dir)),
+        }
+    }
+
+    /// The loss was accepted: writes are taken again.
+    pub(super) fn loss_accepted(&self) {
+        *self.damage.lock() = None;
+    }
+
+    /// The witness of acknowledged ids, as last written.
+    pub(super) fn next_ids(&self) -> NextIds {
+        self.next_ids.lock().clone()
+    }
+
+    /// Raises the witness of acknowledged ids to cover `ops` (written, once the journal is
+    /// durable, ahead of the index commit that covers them).
+    pub(super) fn witness(&self, ops: &[IndexOp]) -> Result<()> {
+        let mut ids = self.next_ids.lock();
+        let mut raised = false;
+        for op in ops {
+            if let Some(RecordId { scope, seq }) = RecordId::parse(op.id()) {
+                let next = ids.entry(scope.as_str().to_owned()).or_default();
+                if *next <= seq {
+                    *next = seq + 1;
+                    raised = true;
+                }
+            }
+        }
+        if raised {
+            write_next_ids(&self.dir, &ids)?;
+        }
+        Ok(())
+    }
+}
 
 /// Why a store refuses writes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,24 +1,168 @@
-//! Reading and writing one scope's records inside a transaction: the keys a record occupies
-//! (the record, its dedup key), and each record's entry in the transaction's change list,
-//! which the commit applies to the scope's derived state.
+//! The records on disk: fjall and its keyspaces, read by point lookups and prefix scans, and
+//! written only through a [`Tx`] (one scope's batch) or a batch the caller commits.
+//!
+//! Keyspaces (key layouts in `store::codec`): `active` (active records by scope, kind and
+//! reversed sequence), `retired` (every other status), `usage` (a retrieve's use of an active
+//! record), `norms` (dedup keys), `scopes` (each scope's bookkeeping), `counters` (per scope per
+//! day), `outbox` (index changes not yet in a committed index), `decisions` (the decision
+//! journal), `meta` (format, last batch, journal tallies).
+//!
+//! **Invariant:** only this file names a keyspace's contents; the other files ask it.
 
 use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::path::Path;
 use std::sync::Arc;
 
-use super::super::codec::{self, ScopeMeta};
-use super::super::DayCounters;
-use super::commit::{Change, Old, Tx};
-use super::order::lru_key;
-use super::{st, Shared};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, Readable};
+
+use super::tx::Tx;
 use crate::error::{Error, ErrorKind, Result};
-use crate::fts::FtsDoc;
-use crate::model::{Kind, Record, ScopeKey, Status};
-use crate::store::index::IndexOp;
-use crate::store::plan::ActiveMeta;
+use crate::model::{Kind, Record, ScopeKey};
+use crate::store::codec::{self, ScopeMeta};
+use crate::store::engine::st;
+use crate::store::DayCounters;
 use crate::text::normalize;
 use crate::time::day_of;
 
-impl Shared {
+/// The keyspaces, by what they hold.
+pub(super) struct Keyspaces {
+    pub(super) active: Keyspace,
+    pub(super) retired: Keyspace,
+    pub(super) norms: Keyspace,
+    pub(super) scopes: Keyspace,
+    pub(super) counters: Keyspace,
+    pub(super) outbox: Keyspace,
+    pub(super) meta: Keyspace,
+    pub(super) decisions: Keyspace,
+    pub(super) usage: Keyspace,
+}
+
+impl Keyspaces {
+    /// Every keyspace with what it holds, in words.
+    pub(super) fn named(&self) -> [(&'static str, &Keyspace); 9] {
+        [
+            ("records (active)", &self.active),
+            ("records (retired)", &self.retired),
+            ("the records' use", &self.usage),
+            ("the dedup keys", &self.norms),
+            ("the scopes' bookkeeping", &self.scopes),
+            ("the day counters", &self.counters),
+            ("the index outbox", &self.outbox),
+            ("the store's metadata", &self.meta),
+            ("the decision journal", &self.decisions),
+        ]
+    }
+}
+
+/// The records engine: the database and its keyspaces.
+pub(super) struct Records {
+    db: Database,
+    ks: Keyspaces,
+}
+
+impl Records {
+    /// Opens fjall in `records` (its journal checked already) with a block cache of
+    /// `cache_bytes`; `dir` names the store in errors.
+    pub(super) fn open(dir: &Path, records: &Path, cache_bytes: u64) -> Result<Records> {
+        let db = match Database::builder(records)
+            // Uncompressed, so `store::journal` can verify and salvage it without a decompressor.
+            .journal_compression(fjall::CompressionType::None)
+            .max_journaling_size(64 << 20)
+            .cache_size(cache_bytes)
+            .open()
+        {
+            Ok(db) => db,
+            Err(fjall::Error::Locked) => return Err(crate::store::engine::locked(dir)),
+            Err(e) => {
+                return Err(crate::store::engine::storage(
+                    format!("opening {}", dir.display()),
+                    e,
+                ))
+            }
+        };
+        // Small memtables keep the journal that every open replays short.
+        let open_ks = |name: &str| {
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(8 << 20)
+            })
+            .map_err(|e| crate::store::engine::storage(format!("opening keyspace {name}"), e))
+        };
+        let ks = Keyspaces {
+            active: open_ks("active")?,
+            retired: open_ks("retired")?,
+            norms: open_ks("norms")?,
+            scopes: open_ks("scopes")?,
+            counters: open_ks("counters")?,
+            outbox: open_ks("outbox")?,
+            meta: open_ks("meta")?,
+            decisions: open_ks("decisions")?,
+            usage: open_ks("usage")?,
+        };
+        Ok(Records { db, ks })
+    }
+
+    /// The database handle, for the types that commit and sync it.
+    pub(super) fn db(&self) -> &Database {
+        &self.db
+    }
+
+    /// The keyspaces, for the types that own one's contents (the decision journal, the
+    /// group commit's batch numbers) and for `doctor`, which reads them all.
+    pub(super) fn keyspaces(&self) -> &Keyspaces {
+        &self.ks
+    }
+
+    pub(super) fn batch(&self) -> OwnedWriteBatch {
+        self.db.batch()
+    }
+
+    pub(super) fn snapshot(&self) -> fjall::Snapshot {
+        self.db.snapshot()
+    }
+
+    // ---- metadata ----
+
+    /// The format byte, if the store has one.
+    pub(super) fn format(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .ks
+            .meta
+            .get("format")
+            .map_err(st("reading the format version"))?
+            .map(|v| v.to_vec()))
+    }
+
+    /// Marks the store with the current format (outside any batch: before any write).
+    pub(super) fn mark_format(&self) -> Result<()> {
+        self.ks
+            .meta
+            .insert("format", [codec::STORE_FORMAT])
+            .map_err(st("writing the format version"))
+    }
+
+    /// Adds the current format's mark to `batch`.
+    pub(super) fn mark_format_in(&self, batch: &mut OwnedWriteBatch) {
+        batch.insert(&self.ks.meta, "format", [codec::STORE_FORMAT]);
+    }
+
+    /// The number of the last batch the records hold (0 for a new store).
+    pub(super) fn last_batch(&self) -> Result<u64> {
+        match self
+            .ks
+            .meta
+            .get(codec::LAST_BATCH)
+            .map_err(st("reading the last batch"))?
+        {
+            Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
+                Error::format("the store's last batch number is not 8 bytes")
+            })?)),
+            None => Ok(0),
+        }
+    }
+
+    // ---- scopes and their bookkeeping ----
+
     pub(super) fn stored_meta(&self, scope: &ScopeKey) -> Result<Option<ScopeMeta>> {
         match self
             .ks
@@ -29,6 +173,17 @@ impl Shared {
             Some(v) => codec::decode(&v, "a scope's bookkeeping").map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Writes `scope`'s bookkeeping into `batch`.
+    pub(super) fn put_meta(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        scope: &ScopeKey,
+        meta: &ScopeMeta,
+    ) -> Result<()> {
+        batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(meta)?);
+        Ok(())
     }
 
     /// What a scope's bookkeeping must be, read from its records: one past the highest sequence
@@ -68,6 +223,16 @@ impl Shared {
         Ok(ScopeMeta { next_seq, active })
     }
 
+    /// Active records over every scope, as the scopes' bookkeeping counts them.
+    pub(super) fn active_total(&self) -> Result<u64> {
+        let mut total = 0;
+        for g in self.ks.scopes.iter() {
+            let v = g.value().map_err(st("reading scopes"))?;
+            total += codec::decode::<ScopeMeta>(&v, "a scope's bookkeeping")?.active;
+        }
+        Ok(total)
+    }
+
     /// Every scope that holds a record or bookkeeping, found by seeking from one scope's
     /// prefix to the next (a scope key never holds NUL, so NUL ends each prefix).
     pub(super) fn all_scopes(&self) -> Result<BTreeSet<ScopeKey>> {
@@ -104,6 +269,8 @@ impl Shared {
         Ok(out)
     }
 
+    // ---- records ----
+
     /// The active record `seq` of `scope`, whichever its kind, with its use. Read live: the
     /// caller holds the scope's write lock, so the record and its usage entry cannot change
     /// between the two reads (an unlocked reader uses `load_active_at`).
@@ -127,8 +294,8 @@ impl Shared {
         scope: &ScopeKey,
         seq: u64,
     ) -> Result<Option<Record>> {
-        let get = |ks: &fjall::Keyspace, key: &[u8]| match snapshot {
-            Some(snap) => fjall::Readable::get(snap, ks, key),
+        let get = |ks: &Keyspace, key: &[u8]| match snapshot {
+            Some(snap) => snap.get(ks, key),
             None => ks.get(key),
         };
         for kind in [Kind::Fact, Kind::Summary] {
@@ -142,16 +309,6 @@ impl Shared {
             }
         }
         Ok(None)
-    }
-
-    /// The usage entries over a range of `usage` keys, for a scan of the same `active` range.
-    pub(super) fn usage_overlay(&self, entries: fjall::Iter) -> Result<UsageOverlay> {
-        let mut out = Vec::new();
-        for g in entries {
-            let (k, v) = g.into_inner().map_err(st("reading records' use"))?;
-            out.push((k, codec::decode_usage(&v)?));
-        }
-        Ok(UsageOverlay(out))
     }
 
     /// Whether `scope` holds record `seq`, active or retired (the caller holds the scope's
@@ -180,12 +337,281 @@ impl Shared {
         if let Some(r) = self.load_active_at(&snapshot, scope, seq)? {
             return Ok(Some(r));
         }
-        match fjall::Readable::get(&snapshot, &self.ks.retired, codec::retired_key(scope, seq))
+        match snapshot
+            .get(&self.ks.retired, codec::retired_key(scope, seq))
             .map_err(st("reading a record"))?
         {
             Some(v) => codec::decode_record(&v, Some(scope)).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Every active record of `scope` (of one kind, or both), newest first within a kind, with
+    /// its use: under the scope's write lock, or from `snapshot`.
+    pub(super) fn active_of(
+        &self,
+        snapshot: Option<&fjall::Snapshot>,
+        scope: &ScopeKey,
+        kind: Option<Kind>,
+    ) -> Result<Vec<Record>> {
+        let prefix = match kind {
+            Some(kind) => codec::active_prefix(scope, kind),
+            None => codec::scope_key_prefix(scope),
+        };
+        self.scan(snapshot, scope, &prefix)?.collect()
+    }
+
+    /// The active records under `prefix` (a prefix of `scope`'s keys), in key order, each with
+    /// its use: under the scope's write lock, or from `snapshot`.
+    pub(super) fn scan<'a>(
+        &self,
+        snapshot: Option<&fjall::Snapshot>,
+        scope: &'a ScopeKey,
+        prefix: &[u8],
+    ) -> Result<ActiveScan<'a>> {
+        let (records, usage) = match snapshot {
+            Some(snap) => (
+                snap.prefix(&self.ks.active, prefix),
+                snap.prefix(&self.ks.usage, prefix),
+            ),
+            None => (self.ks.active.prefix(prefix), self.ks.usage.prefix(prefix)),
+        };
+        Ok(ActiveScan {
+            records,
+            usage: UsageOverlay::read(usage)?,
+            scope,
+        })
+    }
+
+    /// Every retired record of `scope`, from `snapshot`.
+    pub(super) fn retired_of(
+        &self,
+        snapshot: &fjall::Snapshot,
+        scope: &ScopeKey,
+    ) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for g in snapshot.prefix(&self.ks.retired, codec::scope_key_prefix(scope)) {
+            let v = g.value().map_err(st("reading records"))?;
+            out.push(codec::decode_record(&v, Some(scope))?);
+        }
+        Ok(out)
+    }
+
+    /// Every active record of every scope, from `snapshot` (without their use: for the index).
+    pub(super) fn every_active<'a>(
+        &'a self,
+        snapshot: &'a fjall::Snapshot,
+    ) -> impl Iterator<Item = Result<Record>> + 'a {
+        snapshot.iter(&self.ks.active).map(|g| {
+            let v = g.value().map_err(st("reading records"))?;
+            codec::decode_record(&v, None)
+        })
+    }
+
+    /// Up to `n` active facts of `scope`, newest first, starting after sequence number `after`
+    /// (the caller holds the scope's write lock).
+    pub(super) fn facts_after(
+        &self,
+        scope: &ScopeKey,
+        after: Option<u64>,
+        n: usize,
+    ) -> Result<Vec<Arc<Record>>> {
+        let prefix = codec::active_prefix(scope, Kind::Fact);
+        // The first key after every key that starts with the prefix (its last byte, the kind,
+        // is 0 or 1, so it can be raised).
+        let mut end = prefix.clone();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let start = match after {
+            Some(seq) => Bound::Excluded(codec::active_key(scope, Kind::Fact, seq)),
+            None => Bound::Included(prefix.clone()),
+        };
+        let mut read = Vec::with_capacity(n);
+        for g in self
+            .ks
+            .active
+            .range((start.clone(), Bound::Excluded(end)))
+            .take(n)
+        {
+            let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            read.push((k, v));
+        }
+        let Some((last, _)) = read.last() else {
+            return Ok(Vec::new());
+        };
+        // The usage of exactly the keys read; the caller holds the scope's lock, so it is
+        // the usage of these versions of the records.
+        let usage =
+            UsageOverlay::read(self.ks.usage.range((start, Bound::Included(last.to_vec()))))?;
+        let mut out = Vec::with_capacity(read.len());
+        for (k, v) in read {
+            out.push(Arc::new(usage.record(&k, &v, scope)?));
+        }
+        Ok(out)
+    }
+
+    /// The sequence numbers a dedup key lists, as committed (a point read).
+    pub(super) fn dedup_key(&self, key: &[u8]) -> Result<Vec<u64>> {
+        match self.ks.norms.get(key).map_err(st("reading a dedup key"))? {
+            Some(v) => codec::decode_seqs(&v),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    // ---- counters ----
+
+    /// Every scope's counters from day `since` on: (day, scope, counters).
+    pub(super) fn counters_since(&self, since: i64) -> Result<Vec<(i64, ScopeKey, DayCounters)>> {
+        let mut out = Vec::new();
+        for g in self.ks.counters.range(codec::counters_from(since)..) {
+            let (k, v) = g.into_inner().map_err(st("reading counters"))?;
+            let (day, scope) = codec::parse_counters_key(&k)
+                .ok_or_else(|| Error::format("a counters key does not parse"))?;
+            out.push((day, scope, codec::decode(&v, "a day's counters")?));
+        }
+        Ok(out)
+    }
+
+    // ---- the outbox ----
+
+    /// Adds outbox entry `op`, naming the records whose index documents the batch changes.
+    pub(super) fn put_outbox(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        op: u64,
+        ids: &[&str],
+    ) -> Result<()> {
+        batch.insert(&self.ks.outbox, op.to_be_bytes(), codec::encode(&ids)?);
+        Ok(())
+    }
+
+    /// Every outbox entry, in operation order.
+    pub(super) fn outbox(&self) -> Result<Vec<(u64, Vec<String>)>> {
+        let mut entries = Vec::new();
+        for g in self.ks.outbox.iter() {
+            let (k, v) = g.into_inner().map_err(st("reading the index outbox"))?;
+            let op = codec::trailing_seq(&k)
+                .ok_or_else(|| Error::format("an outbox key is not 8 bytes"))?;
+            entries.push((op, codec::decode(&v, "an outbox entry")?));
+        }
+        Ok(entries)
+    }
+
+    /// A batch that removes outbox entries `ops`.
+    pub(super) fn trim_outbox(&self, ops: impl IntoIterator<Item = u64>) -> OwnedWriteBatch {
+        let mut batch = self.db.batch();
+        for op in ops {
+            batch.remove(&self.ks.outbox, op.to_be_bytes());
+        }
+        batch
+    }
+
+    // ---- a transaction's edits ----
+
+    /// Writes an active record's keys (the record and its dedup key) and notes it entering.
+    pub(super) fn put_active(&self, tx: &mut Tx, r: &Record, seq: u64) -> Result<()> {
+        let scope = &r.scope_key;
+        tx.batch.insert(
+            &self.ks.active,
+            codec::active_key(scope, r.kind, seq),
+            codec::encode_record(r, seq)?,
+        );
+        if r.dedup_key {
+            self.edit_dedup_key(tx, codec::norm_key(scope, &normalize(&r.text)), seq, true)?;
+        }
+        tx.entered(r, seq);
+        Ok(())
+    }
+
+    /// Writes a record that never was active (an import's, or one a write inserted and evicted
+    /// at once) straight to the retired keyspace.
+    pub(super) fn put_retired(&self, tx: &mut Tx, r: &Record, seq: u64) -> Result<()> {
+        tx.batch.insert(
+            &self.ks.retired,
+            codec::retired_key(&r.scope_key, seq),
+            codec::encode_record(r, seq)?,
+        );
+        Ok(())
+    }
+
+    /// Moves an active record to the retired keyspace: `old` (as stored) names the keys to
+    /// remove; `kept` (its retired status, plus any bump of the same write) is what stays.
+    pub(super) fn retire(&self, tx: &mut Tx, old: &Record, kept: &Record, seq: u64) -> Result<()> {
+        let scope = &old.scope_key;
+        let key = codec::active_key(scope, old.kind, seq);
+        if old.last_used_at.is_some() {
+            // `kept` carries the use: the entry goes with the record.
+            tx.batch.remove(&self.ks.usage, key.clone());
+        }
+        tx.batch.remove(&self.ks.active, key);
+        if old.dedup_key {
+            self.edit_dedup_key(
+                tx,
+                codec::norm_key(scope, &normalize(&old.text)),
+                seq,
+                false,
+            )?;
+        }
+        self.put_retired(tx, kept, seq)?;
+        tx.left(old, seq);
+        Ok(())
+    }
+
+    /// Rewrites an active record whose counts or times changed: `new` was built from the
+    /// record as read (its use included), so its usage entry is folded in and removed.
+    pub(super) fn update_active(
+        &self,
+        tx: &mut Tx,
+        old: &Record,
+        new: &Record,
+        seq: u64,
+    ) -> Result<()> {
+        let key = codec::active_key(&new.scope_key, new.kind, seq);
+        if old.last_used_at.is_some() {
+            // Only a record used before can have a usage entry.
+            tx.batch.remove(&self.ks.usage, key.clone());
+        }
+        tx.batch
+            .insert(&self.ks.active, key, codec::encode_record(new, seq)?);
+        tx.changed(old, Arc::new(new.clone()), seq);
+        Ok(())
+    }
+
+    /// Records a retrieve's use of an active record (`new` is `old`, used once more): a small
+    /// usage entry, not the record rewritten. The text and everything derived from it stay.
+    pub(super) fn bump_active(&self, tx: &mut Tx, old: &Record, new: Arc<Record>, seq: u64) {
+        if let Some(u) = codec::Usage::of(&new) {
+            tx.batch.insert(
+                &self.ks.usage,
+                codec::active_key(&new.scope_key, new.kind, seq),
+                codec::encode_usage(u),
+            );
+        }
+        tx.changed(old, new, seq);
+    }
+
+    /// Adds `seq` to (or takes it from) a dedup key within `tx`: the key's value is read once
+    /// per transaction, edited in memory, and written with the transaction.
+    fn edit_dedup_key(&self, tx: &mut Tx, key: Vec<u8>, seq: u64, add: bool) -> Result<()> {
+        if !tx.norms.contains_key(&key) {
+            let seqs = self.dedup_key(&key)?;
+            tx.norms.insert(key.clone(), (seqs, false));
+        }
+        if let Some((seqs, dirty)) = tx.norms.get_mut(&key) {
+            match (seqs.binary_search(&seq), add) {
+                (Err(at), true) => seqs.insert(at, seq),
+                (Ok(at), false) => {
+                    seqs.remove(at);
+                }
+                _ => return Ok(()),
+            }
+            *dirty = true;
+        }
+        Ok(())
     }
 
     /// Changes the scope's counters of the day of `now` within `tx` (written at commit). The
@@ -216,206 +642,76 @@ impl Shared {
         Ok(())
     }
 
-    pub(super) fn upsert_op(r: &Record) -> IndexOp {
-        IndexOp::Upsert {
-            id: r.id.clone(),
-            scope: r.scope_key.as_str().to_owned(),
-            fts: Arc::new(FtsDoc::of(&r.text, &r.keywords)),
+    /// Writes what `tx` keeps in memory until its commit (the scope's bookkeeping, the dedup
+    /// keys it edited, the day's counters) into its batch.
+    pub(super) fn seal(&self, tx: &mut Tx, scope: &ScopeKey) -> Result<()> {
+        if let Some(m) = &tx.meta {
+            tx.batch
+                .insert(&self.ks.scopes, scope.as_str(), codec::encode(m)?);
         }
-    }
-
-    /// A record's place in the eviction order, for a plan that may evict it: its text is
-    /// never compared, so it is not normalized.
-    pub(super) fn eviction_meta_of(r: &Record, seq: u64) -> ActiveMeta {
-        ActiveMeta {
-            seq,
-            norm: String::new(),
-            dedup_key: false,
-            created_at: r.created_at,
-            last_used_at: r.last_used_at,
-            use_count: r.use_count,
-            confidence: r.confidence,
-        }
-    }
-
-    pub(super) fn meta_of(r: &Record, seq: u64) -> ActiveMeta {
-        ActiveMeta {
-            seq,
-            norm: normalize(&r.text),
-            dedup_key: r.dedup_key,
-            created_at: r.created_at,
-            last_used_at: r.last_used_at,
-            use_count: r.use_count,
-            confidence: r.confidence,
-        }
-    }
-
-    /// Writes an active record's keys (the record and its dedup key) and notes it entering.
-    pub(super) fn put_active(&self, tx: &mut Tx, r: &Record, seq: u64) -> Result<()> {
-        let scope = &r.scope_key;
-        tx.batch.insert(
-            &self.ks.active,
-            codec::active_key(scope, r.kind, seq),
-            codec::encode_record(r, seq)?,
-        );
-        if r.dedup_key {
-            self.edit_dedup_key(tx, codec::norm_key(scope, &normalize(&r.text)), seq, true)?;
-        }
-        tx.changes.push(Change {
-            seq,
-            old: None,
-            new: Some(Arc::new(r.clone())),
-        });
-        Ok(())
-    }
-
-    /// Moves an active record to the retired keyspace: `old` (as stored) names the keys to
-    /// remove; `kept` (its retired status, plus any bump of the same write) is what stays.
-    pub(super) fn retire(&self, tx: &mut Tx, old: &Record, kept: &Record, seq: u64) -> Result<()> {
-        let scope = &old.scope_key;
-        let key = codec::active_key(scope, old.kind, seq);
-        if old.last_used_at.is_some() {
-            // `kept` carries the use: the entry goes with the record.
-            tx.batch.remove(&self.ks.usage, key.clone());
-        }
-        tx.batch.remove(&self.ks.active, key);
-        if old.dedup_key {
-            self.edit_dedup_key(
-                tx,
-                codec::norm_key(scope, &normalize(&old.text)),
-                seq,
-                false,
-            )?;
-        }
-        tx.batch.insert(
-            &self.ks.retired,
-            codec::retired_key(scope, seq),
-            codec::encode_record(kept, seq)?,
-        );
-        let old = tx.old(old, seq);
-        tx.changes.push(Change {
-            seq,
-            old: Some(old),
-            new: None,
-        });
-        Ok(())
-    }
-
-    /// The sequence numbers a dedup key lists, as committed (a point read).
-    pub(super) fn dedup_key(&self, key: &[u8]) -> Result<Vec<u64>> {
-        match self.ks.norms.get(key).map_err(st("reading a dedup key"))? {
-            Some(v) => codec::decode_seqs(&v),
-            None => Ok(Vec::new()),
-        }
-    }
-
-    /// Adds `seq` to (or takes it from) a dedup key within `tx`: the key's value is read once
-    /// per transaction, edited in memory, and written with the transaction.
-    fn edit_dedup_key(&self, tx: &mut Tx, key: Vec<u8>, seq: u64, add: bool) -> Result<()> {
-        if !tx.norms.contains_key(&key) {
-            let seqs = self.dedup_key(&key)?;
-            tx.norms.insert(key.clone(), (seqs, false));
-        }
-        if let Some((seqs, dirty)) = tx.norms.get_mut(&key) {
-            match (seqs.binary_search(&seq), add) {
-                (Err(at), true) => seqs.insert(at, seq),
-                (Ok(at), false) => {
-                    seqs.remove(at);
-                }
-                _ => return Ok(()),
+        for (key, (seqs, dirty)) in std::mem::take(&mut tx.norms) {
+            if !dirty {
+                continue;
             }
-            *dirty = true;
+            if seqs.is_empty() {
+                tx.batch.remove(&self.ks.norms, key);
+            } else {
+                tx.batch.insert(&self.ks.norms, key, codec::encode(&seqs)?);
+            }
         }
-        Ok(())
-    }
-
-    /// Rewrites an active record whose counts or times changed: `new` was built from the
-    /// record as read (its use included), so its usage entry is folded in and removed.
-    pub(super) fn update_active(
-        &self,
-        tx: &mut Tx,
-        old: &Record,
-        new: &Record,
-        seq: u64,
-    ) -> Result<()> {
-        let scope = &new.scope_key;
-        let key = codec::active_key(scope, new.kind, seq);
-        if old.last_used_at.is_some() {
-            // Only a record used before can have a usage entry.
-            tx.batch.remove(&self.ks.usage, key.clone());
-        }
-        tx.batch
-            .insert(&self.ks.active, key, codec::encode_record(new, seq)?);
-        tx.changes
-            .push(changed_in_place(old, Arc::new(new.clone()), seq));
-        Ok(())
-    }
-}
-
-impl Shared {
-    /// Records a retrieve's use of an active record (`new` is `old`, used once more): a small
-    /// usage entry, not the record rewritten. The text and everything derived from it stay.
-    pub(super) fn bump_active(&self, tx: &mut Tx, old: &Record, new: Arc<Record>, seq: u64) {
-        if let Some(u) = codec::Usage::of(&new) {
+        if let Some((d, counters)) = &tx.day {
             tx.batch.insert(
-                &self.ks.usage,
-                codec::active_key(&new.scope_key, new.kind, seq),
-                codec::encode_usage(u),
+                &self.ks.counters,
+                codec::counters_key(*d, scope),
+                codec::encode(counters)?,
             );
         }
-        tx.changes.push(changed_in_place(old, new, seq));
+        Ok(())
     }
 }
 
-/// The change of an active record that stays active with the same text (its counts, times or
-/// provenance changed): the FTS totals are untouched, the eviction order moves it.
-fn changed_in_place(old: &Record, new: Arc<Record>, seq: u64) -> Change {
-    Change {
-        seq,
-        old: Some(Old {
-            kind: old.kind,
-            lru: lru_key(old, seq),
-            fts: None,
-        }),
-        new: Some(new),
+/// Active records read in key order, each with its use (see [`Records::scan`]).
+pub(super) struct ActiveScan<'a> {
+    records: fjall::Iter,
+    usage: UsageOverlay,
+    scope: &'a ScopeKey,
+}
+
+impl Iterator for ActiveScan<'_> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        let g = self.records.next()?;
+        Some(
+            g.into_inner()
+                .map_err(st("reading records"))
+                .and_then(|(k, v)| self.usage.record(&k, &v, self.scope)),
+        )
     }
 }
 
 /// A scope's usage entries over one range of keys, in key order: what a scan of the same
 /// range of `active` overlays on the records it decodes. Read under the scope's lock or from
 /// the scan's snapshot, so each entry belongs to the record version the scan reads.
-pub(super) struct UsageOverlay(Vec<(fjall::UserKey, codec::Usage)>);
+struct UsageOverlay(Vec<(fjall::UserKey, codec::Usage)>);
 
 impl UsageOverlay {
-    /// `r` (read at `key` in `active`) with its use.
-    pub(super) fn apply(&self, key: &[u8], r: &mut Record) {
-        let found = self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key));
-        if let Some((_, u)) = found.ok().and_then(|at| self.0.get(at)) {
-            u.apply(r);
+    fn read(entries: fjall::Iter) -> Result<UsageOverlay> {
+        let mut out = Vec::new();
+        for g in entries {
+            let (k, v) = g.into_inner().map_err(st("reading records' use"))?;
+            out.push((k, codec::decode_usage(&v)?));
         }
+        Ok(UsageOverlay(out))
     }
 
     /// `decode_record` of a scanned `active` entry, with its use.
-    pub(super) fn record(&self, key: &[u8], value: &[u8], scope: &ScopeKey) -> Result<Record> {
+    fn record(&self, key: &[u8], value: &[u8], scope: &ScopeKey) -> Result<Record> {
         let mut r = codec::decode_record(value, Some(scope))?;
-        self.apply(key, &mut r);
+        let found = self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key));
+        if let Some((_, u)) = found.ok().and_then(|at| self.0.get(at)) {
+            u.apply(&mut r);
+        }
         Ok(r)
-    }
-}
-
-/// `r` with `status`.
-pub(super) fn with_status(r: &Record, status: Status) -> Record {
-    let mut out = r.clone();
-    out.status = status;
-    out
-}
-
-/// What leaves the active set with a record: its kind, its place in the eviction order, and
-/// (when the scope's FTS totals are loaded) its FTS document.
-pub(super) fn old_of(r: &Record, seq: u64, fts: bool) -> Old {
-    Old {
-        kind: r.kind,
-        lru: lru_key(r, seq),
-        fts: fts.then(|| FtsDoc::of(&r.text, &r.keywords)),
     }
 }

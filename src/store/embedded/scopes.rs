@@ -1,27 +1,36 @@
 //! The scopes the store keeps in memory: each scope's write lock and what the store keeps
 //! derived from its records between commits (checked bookkeeping, the decoded window, the
-//! eviction order, the FTS totals, the records held for retrieve), in one map bounded by a count and a byte budget, least
-//! recently used dropped first.
+//! eviction order, the FTS totals, the records held for retrieve), in one map bounded by a
+//! count and a byte budget, least recently used dropped first. Each part is loaded from the
+//! records on first need, under the scope's write lock, and kept by every commit to the scope.
 //!
 //! **Invariant:** everything a `Scope` holds besides its lock is derived from the records and
 //! may be dropped at any time; the next use loads it again under the scope's write lock.
+//! **Invariant:** a read after an acknowledged write sees that write: the commit applies its
+//! changes here under the scope's write lock, before the writer returns.
 //! **Invariant:** a scope in use (its `Arc` held by a reader or a writer) is never dropped, so
 //! two writers of one scope always share one lock.
 //! **Invariant:** memory is bounded by configuration, not by the number of scopes ever named: a
-//! read-only client naming a million scopes costs at most `max_scopes` entries.
+//! read-only client naming a million scopes costs at most `max_scopes` entries, and the held
+//! state about `max_bytes` (each part's size is estimated, see its `bytes`).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
-use super::order::EvictionOrder;
+use super::lru::Lru;
+use super::order::{lru_key, EvictionOrder, LruKey};
+use super::records::Records;
 use super::search::ScopeSearch;
 use super::totals::ScopeFts;
-use super::window::WindowData;
-use crate::model::ScopeKey;
+use super::tx::Change;
+use super::window::{Next, WindowData, WINDOW_LEN};
+use crate::error::Result;
+use crate::fts::FtsDoc;
+use crate::model::{Record, ScopeKey};
 use crate::store::codec::ScopeMeta;
+use crate::store::DayCounters;
 
 /// One scope in memory.
 pub(super) struct Scope {
@@ -34,23 +43,23 @@ pub(super) struct Scope {
 /// What the store keeps derived from one scope's records; `None`: not loaded.
 #[derive(Default)]
 pub(super) struct Derived {
-    /// The bookkeeping, checked against the records since open (see `scope_meta`).
+    /// The bookkeeping, checked against the records since open (see `Shared::scope_meta`).
     pub(super) meta: Option<ScopeMeta>,
     /// The newest facts, decoded and shared.
-    pub(super) window: Option<Arc<WindowData>>,
+    window: Option<Arc<WindowData>>,
     /// The eviction order of the active records.
-    pub(super) order: Option<EvictionOrder>,
+    order: Option<EvictionOrder>,
     /// The totals retrieve's `bm25()` scores with.
-    pub(super) fts: Option<Arc<ScopeFts>>,
+    fts: Option<Arc<ScopeFts>>,
     /// The counters of the day the scope was last written, as committed.
-    pub(super) day: Option<(i64, crate::store::DayCounters)>,
+    pub(super) day: Option<(i64, DayCounters)>,
     /// The active records held for retrieve.
-    pub(super) search: Search,
+    search: Search,
 }
 
 /// Whether a scope's active records are held in memory for retrieve.
 #[derive(Default)]
-pub(super) enum Search {
+enum Search {
     /// Not loaded.
     #[default]
     Unloaded,
@@ -62,7 +71,7 @@ pub(super) enum Search {
 }
 
 impl Search {
-    pub(super) fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
         match self {
             Search::Held(s) => s.read().bytes(),
             _ => 0,
@@ -80,12 +89,26 @@ impl Derived {
             + self.fts.as_ref().map_or(0, |f| f.bytes())
             + self.search.bytes()
     }
+
+    /// Whether the FTS totals are loaded (a transaction then keeps a leaving record's FTS
+    /// document for them).
+    pub(super) fn has_fts(&self) -> bool {
+        self.fts.is_some()
+    }
 }
 
 impl Scope {
     /// Reads the derived state (hold it briefly: writers update it after every commit).
     pub(super) fn derived(&self) -> MutexGuard<'_, Derived> {
         self.derived.lock()
+    }
+
+    /// The held search, as committed (the caller holds the write lock).
+    pub(super) fn held_search(&self) -> Option<Arc<RwLock<ScopeSearch>>> {
+        match &self.derived.lock().search {
+            Search::Held(s) => Some(Arc::clone(s)),
+            _ => None,
+        }
     }
 }
 
@@ -97,8 +120,9 @@ pub(super) struct Bounds {
 }
 
 impl Default for Bounds {
-    /// 16,384 scopes and 192 MiB: a 500-record scope's derived state is about 150 KB at most
-    /// (50 decoded facts, its eviction order, its FTS totals), most scopes hold far less.
+    /// 16,384 scopes and 192 MiB. A 500-record scope's derived state is about 150 KB without
+    /// its held search (50 decoded facts, its eviction order, its FTS totals), and about
+    /// 1.5 MB with it; the searches held take at most half the budget.
     fn default() -> Bounds {
         Bounds {
             max_scopes: 16_384,
@@ -107,82 +131,17 @@ impl Default for Bounds {
     }
 }
 
-/// A slot of the least-recently-used list.
-struct Node {
-    key: ScopeKey,
+/// A scope's slot in the map, with the bytes counted for it in `Scopes::bytes` and, of them,
+/// its held search's in `Scopes::search_bytes`.
+struct Entry {
     scope: Arc<Scope>,
-    /// Bytes counted for this scope in `Scopes::bytes`, and of them its held search's in
-    /// `Scopes::search_bytes`.
     bytes: usize,
     search: usize,
-    newer: Option<usize>,
-    older: Option<usize>,
-}
-
-#[derive(Default)]
-struct Lru {
-    index: HashMap<ScopeKey, usize>,
-    nodes: Vec<Option<Node>>,
-    free: Vec<usize>,
-    newest: Option<usize>,
-    oldest: Option<usize>,
-}
-
-impl Lru {
-    fn node(&mut self, i: usize) -> Option<&mut Node> {
-        self.nodes.get_mut(i).and_then(Option::as_mut)
-    }
-
-    fn unlink(&mut self, i: usize) {
-        let (newer, older) = match self.node(i) {
-            Some(n) => (n.newer.take(), n.older.take()),
-            None => return,
-        };
-        match newer {
-            Some(n) => {
-                if let Some(node) = self.node(n) {
-                    node.older = older;
-                }
-            }
-            None => self.newest = older,
-        }
-        match older {
-            Some(o) => {
-                if let Some(node) = self.node(o) {
-                    node.newer = newer;
-                }
-            }
-            None => self.oldest = newer,
-        }
-    }
-
-    fn push_newest(&mut self, i: usize) {
-        let old_newest = self.newest;
-        if let Some(n) = self.node(i) {
-            n.older = old_newest;
-            n.newer = None;
-        }
-        if let Some(o) = old_newest.and_then(|o| self.node(o)) {
-            o.newer = Some(i);
-        }
-        self.newest = Some(i);
-        if self.oldest.is_none() {
-            self.oldest = Some(i);
-        }
-    }
-
-    fn remove(&mut self, i: usize) -> Option<Node> {
-        self.unlink(i);
-        let node = self.nodes.get_mut(i).and_then(Option::take)?;
-        self.index.remove(&node.key);
-        self.free.push(i);
-        Some(node)
-    }
 }
 
 /// The map of scopes in memory.
 pub(super) struct Scopes {
-    lru: Mutex<Lru>,
+    lru: Mutex<Lru<ScopeKey, Entry>>,
     /// Bytes of every scope's derived state, as last counted.
     bytes: AtomicUsize,
     /// Of `bytes`, those of the searches held for retrieve.
@@ -202,14 +161,14 @@ impl Scopes {
 
     /// The most bytes one scope's search may hold: a sixteenth of the byte budget, so a few
     /// large scopes cannot crowd out every other.
-    pub(super) fn search_limit(&self) -> usize {
+    fn search_limit(&self) -> usize {
         self.bounds.max_bytes / 16
     }
 
     /// Whether another scope's search may be held: the searches held take less than half the
     /// byte budget (so many scopes retrieved from do not crowd out every window, and a scope
     /// that finds no room asks the keyword index, as cheap as before searches were held).
-    pub(super) fn search_room(&self) -> bool {
+    fn search_room(&self) -> bool {
         self.search_bytes.load(Ordering::Relaxed) < self.bounds.max_bytes / 2
     }
 
@@ -217,39 +176,21 @@ impl Scopes {
     /// bounds that nobody uses are dropped.
     pub(super) fn get(&self, key: &ScopeKey) -> Arc<Scope> {
         let mut lru = self.lru.lock();
-        if let Some(&i) = lru.index.get(key) {
-            lru.unlink(i);
-            lru.push_newest(i);
-            if let Some(n) = lru.node(i) {
-                return Arc::clone(&n.scope);
-            }
+        if let Some(e) = lru.touch(key) {
+            return Arc::clone(&e.scope);
         }
         let scope = Arc::new(Scope {
             write: Mutex::new(()),
             derived: Mutex::new(Derived::default()),
         });
-        let node = Node {
-            key: key.clone(),
-            scope: Arc::clone(&scope),
-            bytes: 0,
-            search: 0,
-            newer: None,
-            older: None,
-        };
-        let i = match lru.free.pop() {
-            Some(i) => {
-                if let Some(slot) = lru.nodes.get_mut(i) {
-                    *slot = Some(node);
-                }
-                i
-            }
-            None => {
-                lru.nodes.push(Some(node));
-                lru.nodes.len() - 1
-            }
-        };
-        lru.index.insert(key.clone(), i);
-        lru.push_newest(i);
+        lru.insert(
+            key.clone(),
+            Entry {
+                scope: Arc::clone(&scope),
+                bytes: 0,
+                search: 0,
+            },
+        );
         self.shrink(&mut lru);
         scope
     }
@@ -268,16 +209,15 @@ impl Scopes {
             (out, d.bytes(), d.search.bytes())
         };
         let mut lru = self.lru.lock();
-        let slot = lru.index.get(key).copied();
-        let Some(node) = slot.and_then(|i| lru.node(i)) else {
+        let Some(entry) = lru.peek_mut(key) else {
             return out;
         };
         // Only the entry that is this scope counts (a dropped and re-created entry is another).
-        if !std::ptr::eq(Arc::as_ptr(&node.scope), scope) {
+        if !std::ptr::eq(Arc::as_ptr(&entry.scope), scope) {
             return out;
         }
-        let before = std::mem::replace(&mut node.bytes, after);
-        let search_before = std::mem::replace(&mut node.search, search);
+        let before = std::mem::replace(&mut entry.bytes, after);
+        let search_before = std::mem::replace(&mut entry.search, search);
         if search >= search_before {
             self.search_bytes
                 .fetch_add(search - search_before, Ordering::Relaxed);
@@ -298,53 +238,250 @@ impl Scopes {
 
     /// Drops unused scopes, least recently used first, until the map is within its bounds (or
     /// every scope left is in use).
-    fn shrink(&self, lru: &mut Lru) {
-        let over = |lru: &Lru| {
-            lru.index.len() > self.bounds.max_scopes
+    fn shrink(&self, lru: &mut Lru<ScopeKey, Entry>) {
+        let over = |lru: &Lru<ScopeKey, Entry>| {
+            lru.len() > self.bounds.max_scopes
                 || self.bytes.load(Ordering::Relaxed) > self.bounds.max_bytes
         };
-        let mut at = lru.oldest;
-        while over(lru) {
-            let Some(i) = at else { break };
-            let (older_than_next, unused) = match lru.nodes.get(i).and_then(Option::as_ref) {
-                Some(n) => (n.newer, Arc::strong_count(&n.scope) == 1),
-                None => break,
-            };
-            if unused {
-                if let Some(node) = lru.remove(i) {
-                    self.bytes.fetch_sub(node.bytes, Ordering::Relaxed);
-                    self.search_bytes.fetch_sub(node.search, Ordering::Relaxed);
-                }
+        // Counted as they go, so `over` sees each drop.
+        let unused = |e: &Entry| {
+            let goes = Arc::strong_count(&e.scope) == 1;
+            if goes {
+                self.bytes.fetch_sub(e.bytes, Ordering::Relaxed);
+                self.search_bytes.fetch_sub(e.search, Ordering::Relaxed);
             }
-            at = older_than_next;
-        }
+            goes
+        };
+        lru.drop_oldest(over, unused);
     }
 
     /// Scopes in memory.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.lru.lock().index.len()
+        self.lru.lock().len()
     }
 
     /// Forgets every scope's derived state (their records changed outside the write path).
     pub(super) fn reset_all(&self) {
         let mut lru = self.lru.lock();
-        let nodes: Vec<(ScopeKey, Arc<Scope>)> = lru
-            .nodes
-            .iter()
-            .flatten()
-            .map(|n| (n.key.clone(), Arc::clone(&n.scope)))
+        let scopes: Vec<Arc<Scope>> = lru
+            .values_mut()
+            .map(|e| {
+                e.bytes = 0;
+                e.search = 0;
+                Arc::clone(&e.scope)
+            })
             .collect();
-        for n in lru.nodes.iter_mut().flatten() {
-            n.bytes = 0;
-            n.search = 0;
-        }
         self.bytes.store(0, Ordering::Relaxed);
         self.search_bytes.store(0, Ordering::Relaxed);
         drop(lru);
-        for (_, scope) in nodes {
+        for scope in scopes {
             *scope.derived.lock() = Derived::default();
         }
+    }
+
+    /// Forgets one scope's derived state (the caller holds its write lock).
+    pub(super) fn reset(&self, key: &ScopeKey, scope: &Scope) {
+        self.update(key, scope, |d| *d = Derived::default());
+    }
+
+    /// Forgets the scope's eviction order: it named a record that is not active, and is read
+    /// again from the records on next need.
+    pub(super) fn drop_order(&self, key: &ScopeKey, scope: &Scope) {
+        self.update(key, scope, |d| d.order = None);
+    }
+
+    /// Changes the scope's eviction order in place, if it is held: for tests that make it
+    /// miss a commit.
+    #[cfg(test)]
+    pub(super) fn edit_order(
+        &self,
+        key: &ScopeKey,
+        scope: &Scope,
+        f: impl FnOnce(&mut EvictionOrder),
+    ) -> bool {
+        self.update(key, scope, |d| d.order.as_mut().map(f).is_some())
+    }
+
+    // ---- the derived parts, loaded on first need ----
+
+    /// The scope's newest `WINDOW_LEN` active facts, decoded and shared: kept up to date by
+    /// every commit to the scope, so a window read costs the same whether or not a write came
+    /// before it, whatever the size of the store.
+    pub(super) fn window(
+        &self,
+        records: &Records,
+        key: &ScopeKey,
+    ) -> Result<Arc<Vec<Arc<Record>>>> {
+        let scope = self.get(key);
+        if let Some(w) = scope.derived().window.as_ref() {
+            return Ok(w.shared());
+        }
+        let _write = scope.write.lock();
+        if let Some(w) = scope.derived().window.as_ref() {
+            return Ok(w.shared());
+        }
+        let facts = records.facts_after(key, None, WINDOW_LEN + 1)?;
+        let window = Arc::new(WindowData::loaded(facts, WINDOW_LEN));
+        let shared = window.shared();
+        self.update(key, &scope, |d| d.window = Some(window));
+        Ok(shared)
+    }
+
+    /// The scope's FTS totals (active records, their tokens, each term's document count).
+    pub(super) fn fts(
+        &self,
+        records: &Records,
+        key: &ScopeKey,
+        scope: &Scope,
+    ) -> Result<Arc<ScopeFts>> {
+        if let Some(stats) = scope.derived().fts.clone() {
+            return Ok(stats);
+        }
+        let _write = scope.write.lock();
+        if let Some(stats) = scope.derived().fts.clone() {
+            return Ok(stats);
+        }
+        let mut stats = ScopeFts::default();
+        for r in records.active_of(None, key, None)? {
+            stats.apply(&FtsDoc::of(&r.text, &r.keywords), true);
+        }
+        let stats = Arc::new(stats);
+        self.update(key, scope, |d| d.fts = Some(Arc::clone(&stats)));
+        Ok(stats)
+    }
+
+    /// The scope's active records held for retrieve; `None` when they would take more than
+    /// the scope's share of the memory bounds, or the searches held already take theirs, and
+    /// retrieve asks the keyword index instead.
+    pub(super) fn search(
+        &self,
+        records: &Records,
+        key: &ScopeKey,
+        scope: &Scope,
+    ) -> Result<Option<Arc<RwLock<ScopeSearch>>>> {
+        let held = |search: &Search| match search {
+            Search::Held(s) => Some(Some(Arc::clone(s))),
+            Search::Indexed => Some(None),
+            Search::Unloaded => None,
+        };
+        if let Some(known) = held(&scope.derived().search) {
+            return Ok(known);
+        }
+        if !self.search_room() {
+            return Ok(None);
+        }
+        let _write = scope.write.lock();
+        if let Some(known) = held(&scope.derived().search) {
+            return Ok(known);
+        }
+        let active = records.active_of(None, key, None)?;
+        let search = ScopeSearch::of(active.into_iter().map(Arc::new));
+        let (next, out) = if search.bytes() <= self.search_limit() {
+            let shared = Arc::new(RwLock::new(search));
+            (Search::Held(Arc::clone(&shared)), Some(shared))
+        } else {
+            (Search::Indexed, None)
+        };
+        self.update(key, scope, |d| d.search = next);
+        Ok(out)
+    }
+
+    /// The first `n` active records of the scope in eviction order (the caller holds the
+    /// scope's write lock).
+    pub(super) fn eviction_head(
+        &self,
+        records: &Records,
+        key: &ScopeKey,
+        scope: &Scope,
+        n: usize,
+    ) -> Result<Vec<LruKey>> {
+        if let Some(order) = scope.derived().order.as_ref() {
+            return Ok(order.head(n));
+        }
+        let mut order = EvictionOrder::default();
+        for r in records.active_of(None, key, None)? {
+            if let Some(seq) = r.seq() {
+                order.insert(lru_key(&r, seq));
+            }
+        }
+        let head = order.head(n);
+        self.update(key, scope, |d| d.order = Some(order));
+        Ok(head)
+    }
+
+    /// Applies a committed batch's changes to the scope's derived state (the caller holds the
+    /// scope's write lock, and the batch is visible to readers). Every part follows the batch
+    /// or is dropped, to be loaded again on next need: none is left behind it.
+    pub(super) fn apply(
+        &self,
+        records: &Records,
+        key: &ScopeKey,
+        scope: &Scope,
+        changes: &[Change],
+        meta: Option<ScopeMeta>,
+        day: Option<(i64, DayCounters)>,
+    ) {
+        let current = scope.derived().window.clone();
+        // `Some(None)`: the window could not follow and is dropped.
+        let window = match current {
+            Some(w) if changes.iter().any(Change::touches_facts) => {
+                Some(match w.next(changes, WINDOW_LEN) {
+                    Next::Ready(w) => Some(w),
+                    Next::Refill { kept, after } => {
+                        match records.facts_after(key, after, WINDOW_LEN - kept.len() + 1) {
+                            Ok(more) => Some(WindowData::refilled(kept, more, WINDOW_LEN)),
+                            Err(e) => {
+                                log::warn!(
+                                    "[store] {key}: the window is read again on next need: {e}"
+                                );
+                                None
+                            }
+                        }
+                    }
+                })
+            }
+            _ => None,
+        };
+        let search_limit = self.search_limit();
+        self.update(key, scope, |d| {
+            if let Search::Held(search) = &d.search {
+                let mut search = search.write();
+                search.apply(changes);
+                if search.bytes() > search_limit {
+                    drop(search);
+                    d.search = Search::Indexed;
+                }
+            }
+            if meta.is_some() {
+                d.meta = meta;
+            }
+            if day.is_some() {
+                d.day = day;
+            }
+            if let Some(w) = window {
+                d.window = w.map(Arc::new);
+            }
+            if let Some(order) = d.order.as_mut() {
+                for c in changes {
+                    let new = c.active().map(|r| lru_key(r, c.seq));
+                    order.apply(c.old.as_ref().map(|o| o.lru), new);
+                }
+            }
+            if let Some(fts) = d.fts.as_mut() {
+                let fts = Arc::make_mut(fts);
+                for c in changes {
+                    if let Some(doc) = c.old.as_ref().and_then(|o| o.fts.as_ref()) {
+                        fts.apply(doc, false);
+                    }
+                    if c.old.is_none() {
+                        if let Some(r) = c.active() {
+                            fts.apply(&FtsDoc::of(&r.text, &r.keywords), true);
+                        }
+                    }
+                }
+            }
+        });
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::commit::Change;
+use super::tx::Change;
 use crate::fts::{bm25, idf, FtsDoc, Totals};
 use crate::model::{Record, Status};
 use crate::text::FnvMap;

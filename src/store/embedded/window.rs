@@ -9,8 +9,13 @@
 
 use std::sync::Arc;
 
-use super::commit::Change;
+use super::tx::Change;
+use crate::limits::MAX_LIMIT;
 use crate::model::{Kind, Record, Status};
+
+/// The newest facts a scope's window holds: any fact list without a query up to the largest
+/// limit is answered from it.
+pub(super) const WINDOW_LEN: usize = MAX_LIMIT;
 
 /// The newest facts of a scope.
 #[derive(Debug, Default)]

@@ -1,0 +1,159 @@
+//! The vocabulary of a write, shared by every file that builds, commits or follows one: the
+//! transaction ([`Tx`]: one scope's batch and what it changes), a record's change in its scope's
+//! active set ([`Change`], [`Old`]), the dedup keys it read or edits, and the decision-journal
+//! entries it adds ([`Growth`]). It imports nothing of the store above it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fjall::OwnedWriteBatch;
+
+use super::order::{lru_key, LruKey};
+use crate::fts::FtsDoc;
+use crate::model::{Kind, Record, Status};
+use crate::store::codec::ScopeMeta;
+use crate::store::DayCounters;
+
+/// One scope's batch being built, with what it changes in the scope's active set. Built by
+/// `Shared::tx` under the scope's write lock, filled by `Records`' edits, committed whole by
+/// `Shared::commit`.
+pub(super) struct Tx {
+    pub(super) batch: OwnedWriteBatch,
+    /// Records entering, changing or leaving the active set, in order: the commit applies them
+    /// to the scope's derived state (window, eviction order, FTS totals, held search).
+    pub(super) changes: Vec<Change>,
+    /// The scope's bookkeeping after this batch, when the batch changes it.
+    pub(super) meta: Option<ScopeMeta>,
+    /// Whether the scope's FTS totals are loaded, so a leaving record's document is needed.
+    pub(super) fts: bool,
+    /// Dedup keys this transaction read or edits (written at commit).
+    pub(super) norms: DedupKeys,
+    /// The scope's counters of one day after this transaction (written at commit).
+    pub(super) day: Option<(i64, DayCounters)>,
+    /// The scope's counters of the day as the derived state last knew them.
+    pub(super) cached_day: Option<(i64, DayCounters)>,
+    /// Decision-journal entries this transaction adds.
+    pub(super) journaled: Growth,
+}
+
+impl Tx {
+    /// An empty transaction over `batch`; `fts` and `cached_day` come from the scope's derived
+    /// state.
+    pub(super) fn new(
+        batch: OwnedWriteBatch,
+        fts: bool,
+        cached_day: Option<(i64, DayCounters)>,
+    ) -> Tx {
+        Tx {
+            batch,
+            changes: Vec::new(),
+            meta: None,
+            fts,
+            norms: BTreeMap::new(),
+            day: None,
+            cached_day,
+            journaled: Growth::default(),
+        }
+    }
+
+    /// Notes `r` entering the active set as record `seq`.
+    pub(super) fn entered(&mut self, r: &Record, seq: u64) {
+        self.changes.push(Change {
+            seq,
+            old: None,
+            new: Some(Arc::new(r.clone())),
+        });
+    }
+
+    /// Notes `r` (active until now) leaving the active set.
+    pub(super) fn left(&mut self, r: &Record, seq: u64) {
+        let old = Old {
+            kind: r.kind,
+            lru: lru_key(r, seq),
+            fts: self.fts.then(|| FtsDoc::of(&r.text, &r.keywords)),
+        };
+        self.changes.push(Change {
+            seq,
+            old: Some(old),
+            new: None,
+        });
+    }
+
+    /// Notes an active record that stays active with the same text (its counts, times or
+    /// provenance changed): the FTS totals are untouched, the eviction order moves it.
+    pub(super) fn changed(&mut self, old: &Record, new: Arc<Record>, seq: u64) {
+        self.changes.push(Change {
+            seq,
+            old: Some(Old {
+                kind: old.kind,
+                lru: lru_key(old, seq),
+                fts: None,
+            }),
+            new: Some(new),
+        });
+    }
+}
+
+/// Dedup keys read or edited by a transaction: their values, and whether edited.
+pub(super) type DedupKeys = BTreeMap<Vec<u8>, (Vec<u64>, bool)>;
+
+/// One record's change in a scope's active set.
+pub(super) struct Change {
+    pub(super) seq: u64,
+    /// What it was, if it was active.
+    pub(super) old: Option<Old>,
+    /// What it is now (its status says whether it is still active); `None`: it left.
+    pub(super) new: Option<Arc<Record>>,
+}
+
+impl Change {
+    /// Whether a fact entered, changed or left: only then can the window move.
+    pub(super) fn touches_facts(&self) -> bool {
+        self.old.as_ref().is_some_and(|o| o.kind == Kind::Fact)
+            || self.new.as_ref().is_some_and(|r| r.kind == Kind::Fact)
+    }
+
+    /// The record as it is now, if it is active.
+    pub(super) fn active(&self) -> Option<&Arc<Record>> {
+        self.new.as_ref().filter(|r| r.status == Status::Active)
+    }
+}
+
+/// What a record that was active leaves behind in the derived state.
+pub(super) struct Old {
+    pub(super) kind: Kind,
+    pub(super) lru: LruKey,
+    /// Its FTS document, when the scope's FTS totals are loaded and it leaves the active set.
+    pub(super) fts: Option<FtsDoc>,
+}
+
+/// Decision-journal entries a batch adds to one scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Growth {
+    pub(super) entries: usize,
+    /// The time of the oldest of them (`i64::MAX`: none).
+    pub(super) oldest: i64,
+}
+
+impl Default for Growth {
+    fn default() -> Growth {
+        Growth {
+            entries: 0,
+            oldest: i64::MAX,
+        }
+    }
+}
+
+impl Growth {
+    pub(super) fn add(&mut self, other: Growth) {
+        self.entries += other.entries;
+        self.oldest = self.oldest.min(other.oldest);
+    }
+}
+
+/// `r` with `status`.
+pub(super) fn with_status(r: &Record, status: Status) -> Record {
+    let mut out = r.clone();
+    out.status = status;
+    out
+}
