@@ -1,19 +1,167 @@
-//! The memory Worker's wire contract, defined once: the request and answer bodies of
-//! `/retrieve`, `/write`, `/list`, `/forget` and `/sweep` as typed values whose JSON is the
-//! reference Worker's, key order included; and the bodies of our own routes (`/get`, `/scopes`,
-//! `/count`, `/import`, `/stats`, `/journal`, `/window`, `/context`, `/prompt`) the same way.
+//! The wire contract, declared once: every route the server answers (its path, its method,
+//! who may call it, its request and its answer) in one table, [`routes!`] below; the request
+//! and answer bodies of the memory Worker's routes (`/retrieve`, `/write`, `/list`, `/forget`,
+//! `/sweep`) as typed values whose JSON is the reference Worker's, key order included; and the
+//! bodies of our own routes the same way.
 //!
-//! The server answers with these types, `RemoteStore` sends the requests and reads the answers
-//! with them, and the CLI's `--json` prints them: one definition, so the three cannot drift. The server does not parse requests with serde:
-//! its validator (`server::wire`) reproduces the reference's JavaScript checks and words field by
+//! The server routes by this table and answers with these types, `RemoteStore` sends the
+//! requests and reads the answers with them ([`Endpoint`]), and the CLI's `--json` prints them:
+//! one definition, so the three cannot drift. The server does not parse requests with serde: its
+//! validator (`server::wire`) reproduces the reference's JavaScript checks and words field by
 //! field, which a derive cannot.
+//!
+//! **Invariant:** a route's path string appears in this file and nowhere else in the crate.
 
 use serde::{Deserialize, Serialize};
 
 use crate::decisions::{Decision, DecisionEvent, RejectedFact};
 use crate::model::{Candidate, Kind, Record, Retrieved, ScopeKey, Tally, WriteCounts};
-use crate::reflect::Shown;
+use crate::reflect::{Origin, ReflectionOutcome, Shown};
+use crate::review::Review;
 use crate::store::DayStats;
+
+/// Who may call a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone: the health check and the page's files, which hold no data.
+    Open,
+    /// The read-only token or the read-write token.
+    Read,
+    /// The read-write token only.
+    Write,
+}
+
+/// A request body a client sends to its route, and the answer it reads back.
+pub trait Endpoint: Serialize {
+    /// The route.
+    const ROUTE: PostRoute;
+    /// The answer's body on a 200.
+    type Answer;
+}
+
+/// Declares every route once: the POST routes with their path, access, request and answer
+/// (which become an [`Endpoint`]), and the GET routes with their path and access.
+macro_rules! routes {
+    (
+        post { $($p:ident $ppath:literal $pacc:ident $req:ty => $ans:ty,)* }
+        get { $($g:ident $gpath:literal $gacc:ident,)* }
+    ) => {
+        /// A route that takes a JSON body by POST.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum PostRoute { $(#[doc = $ppath] $p,)* }
+
+        /// A route read by GET, without a body.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum GetRoute { $(#[doc = $gpath] $g,)* }
+
+        impl PostRoute {
+            /// Every POST route, in the table's order.
+            pub const ALL: &'static [PostRoute] = &[$(PostRoute::$p,)*];
+
+            /// Its path.
+            pub const fn path(self) -> &'static str {
+                match self { $(PostRoute::$p => $ppath,)* }
+            }
+
+            /// Who may call it.
+            pub const fn access(self) -> Access {
+                match self { $(PostRoute::$p => Access::$pacc,)* }
+            }
+        }
+
+        impl GetRoute {
+            /// Every GET route, in the table's order.
+            pub const ALL: &'static [GetRoute] = &[$(GetRoute::$g,)*];
+
+            /// Its path.
+            pub const fn path(self) -> &'static str {
+                match self { $(GetRoute::$g => $gpath,)* }
+            }
+
+            /// Who may call it.
+            pub const fn access(self) -> Access {
+                match self { $(GetRoute::$g => Access::$gacc,)* }
+            }
+        }
+
+        $(impl Endpoint for $req {
+            const ROUTE: PostRoute = PostRoute::$p;
+            type Answer = $ans;
+        })*
+    };
+}
+
+routes! {
+    post {
+        // The reference Worker's five, then ours. The order is the fuzz corpus's: a `wire`
+        // input's first byte picks a route by its place here.
+        Retrieve "/retrieve" Read RetrieveRequest => RetrieveAnswer,
+        Write "/write" Write WriteRequest => WriteAnswer,
+        List "/list" Read ListRequest => RecordsAnswer<Record>,
+        Forget "/forget" Write ForgetRequest => ForgetAnswer,
+        Sweep "/sweep" Write SweepRequest => SweepAnswer,
+        Get "/get" Read GetRequest => GetAnswer,
+        Scopes "/scopes" Read ScopesRequest => ScopesAnswer,
+        Export "/export" Read ExportRequest => ExportAnswer,
+        Import "/import" Write ImportRequest => ImportAnswer,
+        Stats "/stats" Read StatsRequest => StatsAnswer,
+        Context "/context" Read ContextRequest => ContextAnswer,
+        Prompt "/prompt" Read PromptRequest => PromptAnswer,
+        Reflect "/reflect" Write ReflectRequest => ReflectionOutcome,
+        Journal "/journal" Read JournalRequest => JournalAnswer,
+        Review "/review" Read ReviewRequest => Review,
+        Window "/window" Read WindowRequest => WindowAnswer,
+        Count "/count" Read CountRequest => CountAnswer,
+    }
+    get {
+        Healthz "/healthz" Open,
+        Metrics "/metrics" Read,
+        Page "/" Open,
+        PageScript "/app.js" Open,
+        PageStyle "/app.css" Open,
+    }
+}
+
+/// A route of either kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// Takes a JSON body.
+    Post(PostRoute),
+    /// Takes none.
+    Get(GetRoute),
+}
+
+impl Route {
+    /// The route at `path`, if the server has one.
+    pub fn at(path: &str) -> Option<Route> {
+        PostRoute::ALL
+            .iter()
+            .find(|r| r.path() == path)
+            .map(|&r| Route::Post(r))
+            .or_else(|| {
+                GetRoute::ALL
+                    .iter()
+                    .find(|r| r.path() == path)
+                    .map(|&r| Route::Get(r))
+            })
+    }
+
+    /// Its path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Post(r) => r.path(),
+            Route::Get(r) => r.path(),
+        }
+    }
+
+    /// Who may call it.
+    pub fn access(self) -> Access {
+        match self {
+            Route::Post(r) => r.access(),
+            Route::Get(r) => r.access(),
+        }
+    }
+}
 
 /// `POST /retrieve`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -123,6 +271,23 @@ pub struct SweepAnswer {
     /// On a dry run, their ids in ascending sequence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ids: Option<Vec<String>>,
+}
+
+/// `POST /scopes`: no field.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScopesRequest {}
+
+/// `POST /export`: no field.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExportRequest {}
+
+/// The answer of `/export`, streamed record by record: `{records, decisions}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportAnswer {
+    /// Every record, scope by scope, in sequence order.
+    pub records: Vec<Record>,
+    /// Every decision-journal entry, oldest first within a scope.
+    pub decisions: Vec<Decision>,
 }
 
 /// `POST /get`.
@@ -240,6 +405,83 @@ pub struct WindowAnswer<R = Record> {
     /// The system-prompt block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<String>,
+}
+
+/// `POST /review`: the week's verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewRequest {
+    /// Days back from today (UTC), 1–90; 7 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<u32>,
+    /// One scope, or `all` (the default) for every scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_key: Option<String>,
+}
+
+/// The scopes of a run, as the run routes take them: its organization, and the ids (without
+/// their prefixes) of the repository, channel and user it has.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunFields {
+    /// The organization (`acme`).
+    pub org: String,
+    /// The repository (`acme/app`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// The channel (`slack:C1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The user (`slack:U7`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// `POST /context`: the block for a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContextRequest {
+    /// The run's scopes.
+    #[serde(flatten)]
+    pub run: RunFields,
+    /// The run's brief: the query of the keyword hits.
+    pub brief: String,
+}
+
+/// `POST /prompt`: the extractor's prompt after a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PromptRequest {
+    /// The run's scopes.
+    #[serde(flatten)]
+    pub run: RunFields,
+    /// What the run was asked.
+    pub request: String,
+    /// What it answered.
+    pub answer: String,
+    /// The run's transcript (its tail is shown); `request` and `answer` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+}
+
+/// `POST /reflect`: the extractor's reply, gated, routed and written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReflectRequest {
+    /// The run's scopes.
+    #[serde(flatten)]
+    pub run: RunFields,
+    /// The extractor model's reply, as it came.
+    pub reply: String,
+    /// The handles `/prompt` answered, to resolve the reply's pointers.
+    #[serde(default)]
+    pub shown: Vec<Shown>,
+    /// Where the run came from (`public`, `private`, `dm`, `machine`); `public` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+    /// The thread the facts came from (their `sourceThreadKey`); `server` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+    /// The run's id (the facts' `sourceRunId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// The answer of `/context` and of `lessons context --json`: `{kept, fromWindow, block}`.

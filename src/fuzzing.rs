@@ -67,11 +67,14 @@ pub fn reflection(data: &[u8]) {
 /// The server's request parsing on arbitrary bytes: the first byte picks the route, the rest is
 /// the body. Never panics; a body it accepts obeys the wire limits.
 pub fn wire(data: &[u8]) {
-    use crate::server::wire::{parse, Body, POST_ROUTES};
+    use crate::contract::PostRoute;
+    use crate::server::wire::{parse, Body};
     let Some((&pick, body)) = data.split_first() else {
         return;
     };
-    let route = POST_ROUTES[usize::from(pick) % POST_ROUTES.len()].0;
+    let Some(&route) = PostRoute::ALL.get(usize::from(pick) % PostRoute::ALL.len()) else {
+        return;
+    };
     // The server's own decoder: any bytes, any depth. Where serde_json reads the bytes as they
     // are (UTF-8, shallow enough), the decoder must read the same value.
     let decoded = crate::json::decode(body);

@@ -343,7 +343,8 @@ pub fn parse_reflection(reply: &str, shown: &[Shown]) -> Reflection {
 }
 
 /// Where a run's content came from, which decides where it may be written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Origin {
     /// A public channel: every scope may be written.
     #[default]

@@ -10,12 +10,12 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::contract::{
-    CountAnswer, CountRequest, ForgetAnswer, ForgetRequest, GetAnswer, GetRequest, ImportAnswer,
-    ImportRequest, JournalAnswer, JournalRequest, ListRequest, RecordsAnswer, RetrieveRequest,
-    ScopesAnswer, StatsAnswer, StatsRequest, SweepAnswer, SweepRequest, WriteAnswer, WriteRequest,
+    CountRequest, Endpoint, ExportRequest, ForgetRequest, GetRequest, ImportRequest,
+    JournalRequest, ListRequest, PostRoute, RetrieveRequest, ScopesRequest, StatsRequest,
+    SweepRequest, WriteRequest,
 };
 
 use crate::decisions::{Decision, DecisionQuery};
@@ -61,10 +61,11 @@ impl RemoteStore {
         self
     }
 
-    fn send(&self, route: &str, body: &Value) -> Result<ureq::http::Response<ureq::Body>> {
+    fn send(&self, route: PostRoute, body: &Value) -> Result<ureq::http::Response<ureq::Body>> {
+        let route = route.path();
         let url = format!("{}{route}", self.base);
         let mut req = self.agent.post(&url);
-        if route == "/export" {
+        if route == PostRoute::Export.path() {
             // An export's body takes as long as the store is large: no overall deadline, but a
             // generous one for the body so a dead host cannot hold the caller forever.
             req = req
@@ -88,7 +89,9 @@ impl RemoteStore {
         field: &'static str,
         sink: &mut dyn FnMut(Value) -> Result<()>,
     ) -> Result<()> {
-        let mut resp = self.send("/export", &json!({}))?;
+        let request = serde_json::to_value(ExportRequest {})
+            .map_err(|e| Error::format(format!("encoding /export: {e}")))?;
+        let mut resp = self.send(PostRoute::Export, &request)?;
         if resp.status().as_u16() != 200 {
             // Error answers are small: read and report them as every route does.
             let status = resp.status().as_u16();
@@ -131,8 +134,9 @@ impl RemoteStore {
         })
     }
 
-    fn post(&self, route: &str, body: &Value) -> Result<Value> {
+    fn post(&self, route: PostRoute, body: &Value) -> Result<Value> {
         let mut resp = self.send(route, body)?;
+        let route = route.path();
         let status = resp.status().as_u16();
         let text = resp
             .body_mut()
@@ -170,15 +174,15 @@ impl RemoteStore {
         ))
     }
 
-    /// One route of the Worker's contract: a typed request, a typed answer.
-    fn call<A: serde::de::DeserializeOwned>(
-        &self,
-        route: &str,
-        request: &impl serde::Serialize,
-    ) -> Result<A> {
+    /// One route of the contract: a typed request, its route's typed answer.
+    fn call<E: Endpoint>(&self, request: &E) -> Result<E::Answer>
+    where
+        E::Answer: serde::de::DeserializeOwned,
+    {
+        let route = E::ROUTE.path();
         let body = serde_json::to_value(request)
             .map_err(|e| Error::format(format!("encoding {route}: {e}")))?;
-        let answer = self.post(route, &body)?;
+        let answer = self.post(E::ROUTE, &body)?;
         serde_json::from_value(answer).map_err(|e| {
             Error::new(
                 ErrorKind::Remote,
@@ -202,7 +206,7 @@ impl MemoryStore for RemoteStore {
             tally: options.tally.clone(),
             rejected: options.rejected.clone(),
         };
-        let answer: WriteAnswer = self.call("/write", &request)?;
+        let answer = self.call(&request)?;
         Ok(answer.counts)
     }
 
@@ -213,7 +217,7 @@ impl MemoryStore for RemoteStore {
             query: query.query.clone(),
             kind: query.kind,
         };
-        let answer: RecordsAnswer<Record> = self.call("/list", &request)?;
+        let answer = self.call(&request)?;
         Ok(answer.records)
     }
 
@@ -229,7 +233,7 @@ impl MemoryStore for RemoteStore {
             query: query.to_owned(),
             limit,
         };
-        match self.call::<RecordsAnswer<Retrieved>>("/retrieve", &request) {
+        match self.call(&request) {
             Ok(answer) => Ok(answer.records),
             Err(e) if e.is_invalid() || !self.degrade_retrieve => Err(e),
             Err(e) => {
@@ -245,7 +249,7 @@ impl MemoryStore for RemoteStore {
             scope_key: scope.clone(),
             id: id.to_owned(),
         };
-        let answer: ForgetAnswer = self.call("/forget", &request)?;
+        let answer = self.call(&request)?;
         Ok(answer.forgotten)
     }
 
@@ -254,7 +258,7 @@ impl MemoryStore for RemoteStore {
             scope_key: scope.clone(),
             dry_run,
         };
-        let answer: SweepAnswer = self.call("/sweep", &request)?;
+        let answer = self.call(&request)?;
         Ok(SweepReceipt {
             swept: answer.swept,
             ids: answer.ids.unwrap_or_default(),
@@ -262,12 +266,12 @@ impl MemoryStore for RemoteStore {
     }
 
     fn get(&self, id: &str) -> Result<Option<Record>> {
-        let answer: GetAnswer = self.call("/get", &GetRequest { id: id.to_owned() })?;
+        let answer = self.call(&GetRequest { id: id.to_owned() })?;
         Ok(answer.record)
     }
 
     fn scopes(&self) -> Result<Vec<ScopeKey>> {
-        let answer: ScopesAnswer = self.call("/scopes", &json!({}))?;
+        let answer = self.call(&ScopesRequest {})?;
         Ok(answer.scopes)
     }
 
@@ -296,11 +300,11 @@ impl MemoryStore for RemoteStore {
             if chunk.is_empty() {
                 return Ok(());
             }
-            let request: ImportRequest<&Record> = ImportRequest {
-                records: std::mem::take(chunk),
+            let request: ImportRequest = ImportRequest {
+                records: std::mem::take(chunk).into_iter().cloned().collect(),
                 decisions: Vec::new(),
             };
-            let answer: ImportAnswer = self.call("/import", &request)?;
+            let answer = self.call(&request)?;
             report.imported += answer.imported;
             report.skipped += answer.skipped;
             chunk.clear();
@@ -332,7 +336,7 @@ impl MemoryStore for RemoteStore {
         let request = CountRequest {
             scope_key: scope.clone(),
         };
-        let answer: CountAnswer = self.call("/count", &request)?;
+        let answer = self.call(&request)?;
         Ok(answer.active)
     }
 
@@ -343,7 +347,7 @@ impl MemoryStore for RemoteStore {
             since: (query.since != i64::MIN).then_some(query.since),
             events: query.events.clone(),
         };
-        let answer: JournalAnswer = self.call("/journal", &request)?;
+        let answer = self.call(&request)?;
         Ok(answer.decisions)
     }
 
@@ -368,11 +372,11 @@ impl MemoryStore for RemoteStore {
             if chunk.is_empty() {
                 return Ok(());
             }
-            let request: ImportRequest<Record, &Decision> = ImportRequest {
+            let request: ImportRequest = ImportRequest {
                 records: Vec::new(),
-                decisions: std::mem::take(chunk),
+                decisions: std::mem::take(chunk).into_iter().cloned().collect(),
             };
-            let answer: ImportAnswer = self.call("/import", &request)?;
+            let answer = self.call(&request)?;
             *added += answer.decisions;
             chunk.clear();
             Ok(())
@@ -394,7 +398,7 @@ impl MemoryStore for RemoteStore {
     }
 
     fn stats(&self, since: i64) -> Result<Vec<DayStats>> {
-        let answer: StatsAnswer = self.call("/stats", &StatsRequest { since })?;
+        let answer = self.call(&StatsRequest { since })?;
         Ok(answer.days)
     }
 }

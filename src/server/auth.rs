@@ -13,14 +13,16 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-pub(super) enum Access {
+/// Which token a request presented.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Token {
     ReadWrite,
     ReadOnly,
 }
 
-pub(super) fn authorize(auth: &Auth, headers: &HeaderMap) -> Option<Access> {
+pub(super) fn authorize(auth: &Auth, headers: &HeaderMap) -> Option<Token> {
     if auth.open {
-        return Some(Access::ReadWrite);
+        return Some(Token::ReadWrite);
     }
     let presented = headers
         .get(header::AUTHORIZATION)?
@@ -33,14 +35,14 @@ pub(super) fn authorize(auth: &Auth, headers: &HeaderMap) -> Option<Access> {
         .as_deref()
         .is_some_and(|t| constant_time_eq(presented, t.as_bytes()))
     {
-        return Some(Access::ReadWrite);
+        return Some(Token::ReadWrite);
     }
     if auth
         .read_token
         .as_deref()
         .is_some_and(|t| constant_time_eq(presented, t.as_bytes()))
     {
-        return Some(Access::ReadOnly);
+        return Some(Token::ReadOnly);
     }
     None
 }

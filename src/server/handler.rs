@@ -1,7 +1,12 @@
-//! One request, start to finish: the contract's check order, the body, the store call on a
-//! blocking thread, the JSON answer; the Worker's five routes (the others are in `extension`);
-//! and `/export` as a stream.
+//! One request, start to finish: the route from the contract's table, the checks in the
+//! contract's order, the body, the store call on a blocking thread (`routes`), and the answer;
+//! `/export` as a stream; the page's files.
+//!
+//! **Invariant:** the checks run in this order: unknown path 404 (before auth), wrong method
+//! 405, missing or wrong bearer 401, a read-only token on a write route 403, no length 411,
+//! too long 413, slow 408, not JSON 400, failed validation 400 with the reason.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,81 +16,97 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::auth::{authorize, Access};
+use super::answer::{json_response, Answer, Refusal};
+use super::auth::{authorize, Token};
 use super::metrics::metrics_response;
-use super::wire::{Body, POST_ROUTES};
+use super::wire::Body;
 use super::{AppState, BODY_TIMEOUT, MAX_EXPORTS};
+use crate::contract::{Access, GetRoute, PostRoute, Route};
 use crate::limits::MAX_BODY_BYTES;
-use crate::store::WriteOptions;
-
-pub(super) fn error(status: StatusCode, message: &str) -> Response {
-    let answer = crate::contract::ErrorAnswer {
-        error: message.to_owned(),
-    };
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        crate::json::restore_lone(serde_json::to_string(&answer).unwrap_or_default()),
-    )
-        .into_response()
-}
-
-pub(super) fn ok_json(value: &impl serde::Serialize) -> Response {
-    match serde_json::to_string(value) {
-        Ok(body) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            crate::json::restore_lone(body),
-        )
-            .into_response(),
-        Err(_) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "could not encode the answer",
-        ),
-    }
-}
 
 pub(super) async fn handle(state: Arc<AppState>, req: Request) -> Response {
     let started = Instant::now();
-    let path = req.uri().path().to_owned();
+    let route = Route::at(req.uri().path());
     let method = req.method().clone();
-    let (response, log) = dispatch(&state, req).await;
-    let status = response.status().as_u16();
-    let route = if known_path(&path) {
-        path.as_str()
-    } else {
-        "other"
+    let (response, log) = match dispatch(&state, route, req).await {
+        Ok(a) => (a.response, a.log),
+        Err(refusal) => {
+            let log = refusal.log().map(str::to_owned);
+            (refusal.into_response(), log)
+        }
     };
+    let status = response.status().as_u16();
+    let label = route.map_or("other", Route::path);
     state
         .metrics
         .lock()
-        .observe(route, status, started.elapsed().as_secs_f64());
+        .observe(label, status, started.elapsed().as_secs_f64());
     log::info!(
-        "[http] {method} {route} {status} {:.1}ms{}",
+        "[http] {method} {label} {status} {:.1}ms{}",
         started.elapsed().as_secs_f64() * 1000.0,
         log.map(|l| format!(" {l}")).unwrap_or_default()
     );
     response
 }
 
-pub(super) fn known_path(path: &str) -> bool {
-    path == "/healthz"
-        || path == "/metrics"
-        || page_asset(path).is_some()
-        || POST_ROUTES.iter().any(|(p, _)| *p == path)
+/// Decides the answer, in the contract's order.
+async fn dispatch(
+    state: &Arc<AppState>,
+    route: Option<Route>,
+    req: Request,
+) -> Result<Answer, Refusal> {
+    let not_found = || Refusal::new(StatusCode::NOT_FOUND, "not found");
+    // 404 before anything else, even without a token.
+    let route = route.ok_or_else(not_found)?;
+    let expected = match route {
+        Route::Get(_) => Method::GET,
+        Route::Post(_) => Method::POST,
+    };
+    if req.method() != expected {
+        // GET /healthz is answered before routing, as the reference Worker does: any other
+        // method on it is an unknown route, not a wrong method.
+        if route == Route::Get(GetRoute::Healthz) {
+            return Err(not_found());
+        }
+        return Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed",
+        ));
+    }
+    if route.access() != Access::Open {
+        let unauthorized = || Refusal::new(StatusCode::UNAUTHORIZED, "unauthorized");
+        let token = authorize(&state.auth, req.headers()).ok_or_else(unauthorized)?;
+        if route.access() == Access::Write && token == Token::ReadOnly {
+            return Err(Refusal::new(StatusCode::FORBIDDEN, "forbidden"));
+        }
+    }
+    let route = match route {
+        Route::Get(GetRoute::Healthz) => return Ok(Answer::other(healthz(state), None)),
+        Route::Get(GetRoute::Metrics) => {
+            return Ok(Answer::other(metrics_response(state).await, None))
+        }
+        Route::Get(page) => return Ok(Answer::other(page_response(page), None)),
+        Route::Post(route) => route,
+    };
+    let value = read_body(req).await?;
+    let body = super::wire::parse(route, &value).map_err(Refusal::bad_request)?;
+    match body {
+        Body::Export => export(state),
+        body => run(state, route, body).await,
+    }
 }
 
 /// The page's files, embedded in the binary: (content type, body). They hold no data (the
 /// page fetches everything with the token the person types), so they need no token.
-fn page_asset(path: &str) -> Option<(&'static str, &'static str)> {
-    match path {
-        "/" => Some(("text/html; charset=utf-8", include_str!("page/index.html"))),
-        "/app.js" => Some((
+fn page_asset(page: GetRoute) -> Option<(&'static str, &'static str)> {
+    match page {
+        GetRoute::Page => Some(("text/html; charset=utf-8", include_str!("page/index.html"))),
+        GetRoute::PageScript => Some((
             "text/javascript; charset=utf-8",
             include_str!("page/app.js"),
         )),
-        "/app.css" => Some(("text/css; charset=utf-8", include_str!("page/app.css"))),
-        _ => None,
+        GetRoute::PageStyle => Some(("text/css; charset=utf-8", include_str!("page/app.css"))),
+        GetRoute::Healthz | GetRoute::Metrics => None,
     }
 }
 
@@ -93,7 +114,10 @@ fn page_asset(path: &str) -> Option<(&'static str, &'static str)> {
 /// and the page cannot be framed.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-fn page_response(content_type: &'static str, body: &'static str) -> Response {
+fn page_response(page: GetRoute) -> Response {
+    let Some((content_type, body)) = page_asset(page) else {
+        return Refusal::bug(&format!("{} is not a page file", page.path())).into_response();
+    };
     (
         StatusCode::OK,
         [
@@ -108,85 +132,26 @@ fn page_response(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-fn too_large() -> Response {
-    error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        &format!("body must be at most {MAX_BODY_BYTES} bytes"),
-    )
-}
-
-/// Decides the answer, and a log suffix (scope and counts, never text).
-pub(super) async fn dispatch(state: &Arc<AppState>, req: Request) -> (Response, Option<String>) {
-    let path = req.uri().path().to_owned();
-    let method = req.method().clone();
-    // 404 before anything else, even without a token.
-    // GET /healthz is answered before routing, as the reference Worker does: any other method
-    // on it is an unknown route (404), not a wrong method.
-    if path == "/healthz" && method != Method::GET {
-        return (error(StatusCode::NOT_FOUND, "not found"), None);
-    }
-    let (get_route, post_route) = match path.as_str() {
-        "/healthz" | "/metrics" => (true, None),
-        p if page_asset(p).is_some() => (true, None),
-        p => match POST_ROUTES.iter().find(|(r, _)| *r == p) {
-            Some(&(_, mutating)) => (false, Some(mutating)),
-            None => return (error(StatusCode::NOT_FOUND, "not found"), None),
-        },
-    };
-    let expected = if get_route { Method::GET } else { Method::POST };
-    if method != expected {
-        return (
-            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
-            None,
-        );
-    }
-    if let Some((content_type, body)) = page_asset(&path) {
-        return (page_response(content_type, body), None);
-    }
-    if path == "/healthz" {
-        return (healthz(state), None);
-    }
-    let access = match authorize(&state.auth, req.headers()) {
-        Some(a) => a,
-        None => return (error(StatusCode::UNAUTHORIZED, "unauthorized"), None),
-    };
-    if path == "/metrics" {
-        return (metrics_response(state).await, None);
-    }
-    if post_route == Some(true) && matches!(access, Access::ReadOnly) {
-        return (error(StatusCode::FORBIDDEN, "forbidden"), None);
-    }
-    let value = match read_body(req).await {
-        Ok(value) => value,
-        Err(refusal) => return refusal,
-    };
-    let body = match super::wire::parse(&path, &value) {
-        Ok(b) => b,
-        Err(reason) => return (error(StatusCode::BAD_REQUEST, &reason), None),
-    };
-    if matches!(body, Body::Export) {
-        return export_response(state);
-    }
-    run(state, &path, body).await
-}
-
 /// `GET /healthz`: 200 while the store works, 503 with the reason once it failed.
 fn healthz(state: &AppState) -> Response {
     if let Some(reason) = state.failure() {
         let body = json!({"ok": false, "error": format!("the store failed: {reason}")});
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
-        )
-            .into_response();
+        return json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
     }
-    ok_json(&json!({"ok": true, "build": {"commit": state.commit}, "features": ["memory"]}))
+    let body = json!({"ok": true, "build": {"commit": state.commit}, "features": ["memory"]});
+    json_response(StatusCode::OK, body.to_string())
+}
+
+fn too_large() -> Refusal {
+    Refusal::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("body must be at most {MAX_BODY_BYTES} bytes"),
+    )
 }
 
 /// The request's JSON body, or the refusal to answer: 411 without a plain numeric length, 413
 /// over the fence, 408 when it is slow to arrive, 400 when it is not JSON.
-async fn read_body(req: Request) -> Result<Value, (Response, Option<String>)> {
+async fn read_body(req: Request) -> Result<Value, Refusal> {
     // A plain digit string (RFC 9110), as the reference checks it: an absent header, a blank
     // one, or "+5" / "0x10" / "5e2" is 411; a well-formed length over the fence is 413, however
     // many digits it has.
@@ -197,196 +162,92 @@ async fn read_body(req: Request) -> Result<Value, (Response, Option<String>)> {
         .map(str::trim)
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
     let Some(length) = length else {
-        return Err((
-            error(
-                StatusCode::LENGTH_REQUIRED,
-                "body must declare a numeric Content-Length",
-            ),
-            None,
+        return Err(Refusal::new(
+            StatusCode::LENGTH_REQUIRED,
+            "body must declare a numeric Content-Length",
         ));
     };
     if length.parse::<usize>().map_or(true, |n| n > MAX_BODY_BYTES) {
-        return Err((too_large(), None));
+        return Err(too_large());
     }
     let read = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
     let bytes: Bytes = match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Ok(Ok(b)) => b,
-        Ok(Err(_)) => return Err((too_large(), None)),
+        Ok(Err(_)) => return Err(too_large()),
         Err(_) => {
-            return Err((
-                error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "the body did not arrive within 10 seconds",
-                ),
-                Some("slow body".to_owned()),
-            ))
+            return Err(Refusal::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "the body did not arrive within 10 seconds",
+            )
+            .logged("slow body"))
         }
     };
-    crate::json::decode(&bytes).ok_or_else(|| {
-        (
-            error(StatusCode::BAD_REQUEST, "body must be valid JSON"),
-            None,
-        )
-    })
+    crate::json::decode(&bytes).ok_or_else(|| Refusal::bad_request("body must be valid JSON"))
 }
 
-/// Runs a parsed request on a blocking thread: 200 with its answer, 400 when the store refuses
-/// it, 500 (and a failed store, for a storage error) otherwise.
-async fn run(state: &Arc<AppState>, path: &str, body: Body) -> (Response, Option<String>) {
+/// Runs a parsed request on a blocking thread (store calls never run on the async workers).
+async fn run(state: &Arc<AppState>, route: PostRoute, body: Body) -> Result<Answer, Refusal> {
     let worker = Arc::clone(state);
-    match tokio::task::spawn_blocking(move || execute(&worker, body)).await {
-        Ok(Ok((text, log))) => (
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                text,
-            )
-                .into_response(),
-            Some(log),
-        ),
-        Ok(Err(e)) if e.is_invalid() => (error(StatusCode::BAD_REQUEST, e.message()), None),
-        Ok(Err(e)) => {
-            log::error!("[http] {path} failed: {e}");
-            if e.kind() == crate::ErrorKind::Storage {
-                state.fail(e.message());
-            }
-            (
-                error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the store failed; see the server log",
-                ),
-                None,
-            )
-        }
-        Err(_) => (
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the request was cancelled",
-            ),
-            None,
-        ),
+    let path = route.path();
+    match tokio::task::spawn_blocking(move || super::routes::execute(&worker, path, body)).await {
+        Ok(Ok((text, log))) => Ok(Answer::json(text, Some(log))),
+        Ok(Err(refusal)) => Err(refusal),
+        Err(_) => Err(Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request was cancelled",
+        )),
     }
 }
 
-/// `{records}` over shared records: [`RecordsAnswer`]'s bytes without copying them.
-#[derive(serde::Serialize)]
-struct SharedRecords<'a> {
-    records: &'a [std::sync::Arc<crate::Record>],
+/// One of the `MAX_EXPORTS` exports that may stream at once, given back when dropped (so a
+/// panicking export cannot keep it).
+struct ExportSlot(Arc<AppState>);
+
+impl ExportSlot {
+    fn take(state: &Arc<AppState>) -> Option<ExportSlot> {
+        let running: &AtomicUsize = &state.exports;
+        running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_EXPORTS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ExportSlot(Arc::clone(state)))
+    }
 }
 
-pub(super) fn text(answer: &impl serde::Serialize) -> crate::Result<String> {
-    serde_json::to_string(answer)
-        .map(crate::json::restore_lone)
-        .map_err(|e| crate::Error::format(format!("encoding the answer: {e}")))
-}
-
-/// Runs one request against the store (on a blocking thread). Returns the answer's JSON text
-/// and a log suffix with the scope and counts. The Worker's routes answer with the typed
-/// [`crate::contract`] bodies, serialized straight to text so every number keeps the form
-/// JavaScript prints.
-pub(super) fn execute(state: &AppState, body: Body) -> crate::Result<(String, String)> {
-    use crate::contract::{ForgetAnswer, RecordsAnswer, SweepAnswer, WriteAnswer};
-    let store = state.store.as_ref();
-    Ok(match body {
-        Body::Retrieve {
-            scope,
-            query,
-            limit,
-        } => {
-            let records = store.retrieve_marked(&scope, &query, limit)?;
-            let log = format!("{scope} records={}", records.len());
-            (text(&RecordsAnswer { records })?, log)
-        }
-        Body::Write {
-            scope,
-            records,
-            cap,
-            tally,
-            rejected,
-        } => {
-            let counts = store.write(
-                &scope,
-                &records,
-                &WriteOptions {
-                    cap,
-                    tally,
-                    rejected,
-                },
-            )?;
-            let c = &counts;
-            let log = format!(
-                "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
-                c.inserted, c.deduped, c.restated, c.superseded, c.evicted
-            );
-            (text(&WriteAnswer { ok: true, counts })?, log)
-        }
-        Body::List { scope, query } => {
-            if query.is_window() {
-                // The hot read: serialized from the store's shared window, nothing copied.
-                let window = store.window(&scope, query.limit)?;
-                let log = format!("{scope} records={}", window.len());
-                return Ok((text(&SharedRecords { records: &window })?, log));
-            }
-            let records = store.list(&scope, &query)?;
-            let log = format!("{scope} records={}", records.len());
-            (text(&RecordsAnswer { records })?, log)
-        }
-        Body::Forget { scope, id } => {
-            let forgotten = store.forget(&scope, &id)?;
-            (
-                text(&ForgetAnswer {
-                    ok: true,
-                    forgotten,
-                })?,
-                format!("{scope} forgotten={forgotten}"),
-            )
-        }
-        Body::Sweep { scope, dry_run } => {
-            let r = store.sweep(&scope, dry_run)?;
-            let log = format!("{scope} swept={} dry_run={dry_run}", r.swept);
-            let answer = SweepAnswer {
-                ok: true,
-                swept: r.swept,
-                ids: dry_run.then_some(r.ids),
-            };
-            (text(&answer)?, log)
-        }
-        other => super::extension::execute(state, other)?,
-    })
+impl Drop for ExportSlot {
+    fn drop(&mut self) {
+        self.0.exports.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// `/export` as a stream: `{"records":[` then each record as it is read, then `]}`. The records
 /// are read on a thread of their own from one snapshot and handed over through a bounded
 /// channel, so a slow reader holds a few chunks of memory and no store thread, and writes go
 /// on. A reader that goes away stops the export.
-pub(super) fn export_response(state: &Arc<AppState>) -> (Response, Option<String>) {
-    use std::sync::atomic::Ordering;
-    if state.exports.fetch_add(1, Ordering::SeqCst) >= MAX_EXPORTS {
-        state.exports.fetch_sub(1, Ordering::SeqCst);
-        return (
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many exports are running; try again when one has finished",
-            ),
-            None,
-        );
-    }
+fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
+    let slot = ExportSlot::take(state).ok_or_else(|| {
+        Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many exports are running; try again when one has finished",
+        )
+    })?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
-    let worker = Arc::clone(state);
-    let spawned = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("lessons-export".into())
         .spawn(move || {
+            let store = Arc::clone(&slot.0.store);
             let mut out = JsonArrays {
                 chunk: Vec::with_capacity(CHUNK),
                 first: true,
                 tx: &tx,
             };
             out.chunk.extend_from_slice(b"{\"records\":[");
-            let result = worker.store.export(&mut |r| out.push(&r)).and_then(|()| {
+            let result = store.export(&mut |r| out.push(&r)).and_then(|()| {
                 // Then the decision journal, in the same answer.
                 out.chunk.extend_from_slice(b"],\"decisions\":[");
                 out.first = true;
-                worker.store.export_decisions(&mut |d| out.push(&d))
+                store.export_decisions(&mut |d| out.push(&d))
             });
             let mut chunk = out.chunk;
             match result {
@@ -401,28 +262,22 @@ pub(super) fn export_response(state: &Arc<AppState>) -> (Response, Option<String
                     let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
                 }
             }
-            worker.exports.fetch_sub(1, Ordering::SeqCst);
-        });
-    if spawned.is_err() {
-        state.exports.fetch_sub(1, Ordering::SeqCst);
-        return (
-            error(
+            drop(slot);
+        })
+        .map_err(|_| {
+            Refusal::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "could not start the export thread",
-            ),
-            None,
-        );
-    }
+            )
+        })?;
     let body = axum::body::Body::new(ChannelBody(rx));
-    (
-        (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
-        Some("streaming".to_owned()),
+    let response = (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
     )
+        .into_response();
+    Ok(Answer::other(response, Some("streaming".to_owned())))
 }
 
 const CHUNK: usize = 64 * 1024;
@@ -455,7 +310,7 @@ impl JsonArrays<'_> {
 }
 
 /// A response body fed by a channel.
-pub(super) struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;

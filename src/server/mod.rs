@@ -13,17 +13,16 @@
 // Data from disk and the network flows through here: no indexing or expect that could panic.
 #![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
 
+mod answer;
 mod auth;
 mod conn;
-mod extension;
 mod handler;
 mod metrics;
+mod routes;
 pub(crate) mod wire;
 
 pub use conn::Limits;
 pub use metrics::rollup_lines;
-/// The routes that take a JSON body, and whether each changes the store.
-pub use wire::POST_ROUTES;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

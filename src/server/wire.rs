@@ -4,7 +4,11 @@
 use serde_json::{Map, Value};
 
 use crate::context::RunScopes;
-use crate::limits::{MAX_BATCH, MAX_LIMIT, MAX_QUERY_UNITS};
+use crate::contract::PostRoute;
+use crate::limits::{
+    MAX_BATCH, MAX_CAP, MAX_IMPORT, MAX_LIMIT, MAX_QUERY_UNITS, MAX_REF_UNITS, MAX_REVIEW_DAYS,
+    MAX_RUN_TEXT_UNITS,
+};
 use crate::model::{Candidate, Kind, Record, ScopeKey};
 use crate::reflect::{Origin, Shown};
 use crate::store::{ListQuery, Tally};
@@ -83,29 +87,6 @@ pub enum Body {
         run_id: Option<String>,
     },
 }
-
-/// The routes that take a JSON body, and whether they change the store.
-pub const POST_ROUTES: [(&str, bool); 17] = [
-    ("/retrieve", false),
-    ("/write", true),
-    ("/list", false),
-    ("/forget", true),
-    ("/sweep", true),
-    ("/get", false),
-    ("/scopes", false),
-    ("/export", false),
-    ("/import", true),
-    ("/stats", false),
-    ("/context", false),
-    ("/prompt", false),
-    ("/reflect", true),
-    ("/journal", false),
-    ("/review", false),
-    ("/window", false),
-    ("/count", false),
-];
-
-use crate::limits::MAX_IMPORT;
 
 fn field<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     o.get(name).filter(|v| !v.is_null())
@@ -306,23 +287,18 @@ fn wire_candidate(v: &Value, i: usize) -> Result<Candidate, String> {
 }
 
 /// The reference Worker's five memory routes, field by field in its order, with its words.
-fn parse_memory(route: &str, body: &Value) -> Option<Result<Body, String>> {
-    if !matches!(
-        route,
-        "/retrieve" | "/write" | "/list" | "/forget" | "/sweep"
-    ) {
-        return None;
-    }
-    Some((|| {
+fn parse_memory(route: Memory, body: &Value) -> Result<Body, String> {
+    use Memory as R;
+    {
         // `/sweep` alone refuses an array body; the others read it as an object without fields.
         let o = match (route, body) {
-            ("/sweep", Value::Array(_)) => None,
+            (R::Sweep, Value::Array(_)) => None,
             _ => js_object(body),
         }
         .ok_or("body must be a JSON object")?;
         let scope = wire_scope(o)?;
         Ok(match route {
-            "/retrieve" => {
+            R::Retrieve => {
                 let query = wire_query(o, true)?.unwrap_or_default();
                 Body::Retrieve {
                     scope,
@@ -330,7 +306,7 @@ fn parse_memory(route: &str, body: &Value) -> Option<Result<Body, String>> {
                     limit: wire_limit(o)?,
                 }
             }
-            "/list" => {
+            R::List => {
                 let limit = wire_limit(o)?;
                 let query = wire_query(o, false)?;
                 let kind = match o.get("kind") {
@@ -344,7 +320,7 @@ fn parse_memory(route: &str, body: &Value) -> Option<Result<Body, String>> {
                     query: ListQuery { limit, kind, query },
                 }
             }
-            "/forget" => {
+            R::Forget => {
                 let id = js_str(o, "id").unwrap_or_default();
                 crate::store::validate_forget_id(id).map_err(|e| e.message().to_owned())?;
                 Body::Forget {
@@ -352,7 +328,7 @@ fn parse_memory(route: &str, body: &Value) -> Option<Result<Body, String>> {
                     id: id.to_owned(),
                 }
             }
-            "/sweep" => Body::Sweep {
+            R::Sweep => Body::Sweep {
                 scope,
                 dry_run: match o.get("dryRun") {
                     None => false,
@@ -360,8 +336,8 @@ fn parse_memory(route: &str, body: &Value) -> Option<Result<Body, String>> {
                     Some(_) => return Err("dryRun must be a boolean".into()),
                 },
             },
-            _ => {
-                let max_cap = crate::limits::MAX_CAP;
+            R::Write => {
+                let max_cap = MAX_CAP;
                 let cap = match o.get("cap") {
                     None => None,
                     Some(v) => {
@@ -389,7 +365,17 @@ fn parse_memory(route: &str, body: &Value) -> Option<Result<Body, String>> {
                 write_extensions(o, scope, records, cap)?
             }
         })
-    })())
+    }
+}
+
+/// The reference Worker's own routes, which it checks in its own way.
+#[derive(Clone, Copy)]
+enum Memory {
+    Retrieve,
+    Write,
+    List,
+    Forget,
+    Sweep,
 }
 
 /// `/write`'s fields beyond the reference's: a reflection's tally and the texts its gate
@@ -412,8 +398,8 @@ fn write_extensions(
         Some(v) => serde_json::from_value::<Vec<crate::decisions::RejectedFact>>(v.clone())
             .map_err(|e| format!("rejected must be [{{text, markers}}]: {e}"))?,
     };
-    if rejected.len() > 50 {
-        return Err("rejected must hold at most 50 facts".into());
+    if rejected.len() > MAX_BATCH {
+        return Err(format!("rejected must hold at most {MAX_BATCH} facts"));
     }
     Ok(Body::Write {
         scope,
@@ -493,73 +479,93 @@ fn journal(o: &Map<String, Value>) -> Result<Body, String> {
 }
 
 /// Parses the body of `route` (already valid JSON). `Err` is the 400 reason.
-pub fn parse(route: &str, body: &Value) -> Result<Body, String> {
-    if let Some(answer) = parse_memory(route, body) {
-        return answer;
-    }
-    let Value::Object(o) = body else {
-        return Err("body must be a JSON object".into());
+pub fn parse(route: PostRoute, body: &Value) -> Result<Body, String> {
+    use PostRoute as R;
+    // Our routes want an object; the reference's check their own way (`parse_memory`).
+    let object = || match body {
+        Value::Object(o) => Ok(o),
+        _ => Err("body must be a JSON object".to_owned()),
     };
     Ok(match route {
-        "/get" => Body::Get {
-            id: string(o, "id")?,
+        R::Retrieve => return parse_memory(Memory::Retrieve, body),
+        R::Write => return parse_memory(Memory::Write, body),
+        R::List => return parse_memory(Memory::List, body),
+        R::Forget => return parse_memory(Memory::Forget, body),
+        R::Sweep => return parse_memory(Memory::Sweep, body),
+        R::Get => Body::Get {
+            id: string(object()?, "id")?,
         },
-        "/scopes" => Body::Scopes,
-        "/export" => Body::Export,
-        "/import" => import(o)?,
-        "/journal" => journal(o)?,
-        "/review" => Body::Review {
-            days: integer(o, "days", 1, 90)?.map_or(7, |d| d as u32),
-            scope: match opt_string(o, "scopeKey")? {
-                None => None,
-                Some(s) if s == "all" => None,
-                Some(s) => Some(ScopeKey::parse_reason(&s)?),
-            },
+        R::Scopes => object().map(|_| Body::Scopes)?,
+        R::Export => object().map(|_| Body::Export)?,
+        R::Import => import(object()?)?,
+        R::Journal => journal(object()?)?,
+        R::Review => {
+            let o = object()?;
+            Body::Review {
+                days: integer(o, "days", 1, u64::from(MAX_REVIEW_DAYS))?.map_or(7, |d| d as u32),
+                scope: match opt_string(o, "scopeKey")? {
+                    None => None,
+                    Some(s) if s == "all" => None,
+                    Some(s) => Some(ScopeKey::parse_reason(&s)?),
+                },
+            }
+        }
+        R::Window => Body::Window {
+            scope: scope(object()?)?,
         },
-        "/window" => Body::Window { scope: scope(o)? },
-        "/count" => Body::Count { scope: scope(o)? },
-        "/stats" => Body::Stats {
-            since: match field(o, "since") {
+        R::Count => Body::Count {
+            scope: scope(object()?)?,
+        },
+        R::Stats => Body::Stats {
+            since: match field(object()?, "since") {
                 None => 0,
                 Some(v) => v
                     .as_i64()
                     .ok_or("since must be an integer (days since 1970-01-01)")?,
             },
         },
-        "/context" => Body::Context {
-            run: run(o)?,
-            brief: bounded_text("brief", string(o, "brief")?, 100_000)?,
-        },
-        "/prompt" => Body::Prompt {
-            run: run(o)?,
-            request: bounded_text("request", string(o, "request")?, 100_000)?,
-            answer: bounded_text("answer", string(o, "answer")?, 100_000)?,
-            transcript: opt_string(o, "transcript")?,
-        },
-        "/reflect" => Body::Reflect {
-            run: run(o)?,
-            reply: string(o, "reply")?,
-            shown: match field(o, "shown") {
-                None => Vec::new(),
-                Some(v) => serde_json::from_value(v.clone())
-                    .map_err(|e| format!("shown must be [{{\"handle\", \"id\"}}]: {e}"))?,
-            },
-            origin: match opt_string(o, "origin")? {
-                None => Origin::Public,
-                Some(s) => {
-                    Origin::parse(&s).ok_or("origin must be public, private, dm or machine")?
-                }
-            },
-            thread: {
-                let t = opt_string(o, "thread")?.unwrap_or_else(|| "server".to_owned());
-                if t.is_empty() || utf16_len(&t) > 200 {
-                    return Err("thread must be 1 to 200 UTF-16 units".into());
-                }
-                t
-            },
-            run_id: opt_string(o, "runId")?,
-        },
-        other => return Err(format!("no route {other}")),
+        R::Context => {
+            let o = object()?;
+            Body::Context {
+                run: run(o)?,
+                brief: bounded_text("brief", string(o, "brief")?, MAX_RUN_TEXT_UNITS)?,
+            }
+        }
+        R::Prompt => {
+            let o = object()?;
+            Body::Prompt {
+                run: run(o)?,
+                request: bounded_text("request", string(o, "request")?, MAX_RUN_TEXT_UNITS)?,
+                answer: bounded_text("answer", string(o, "answer")?, MAX_RUN_TEXT_UNITS)?,
+                transcript: opt_string(o, "transcript")?,
+            }
+        }
+        R::Reflect => {
+            let o = object()?;
+            Body::Reflect {
+                run: run(o)?,
+                reply: string(o, "reply")?,
+                shown: match field(o, "shown") {
+                    None => Vec::new(),
+                    Some(v) => serde_json::from_value(v.clone())
+                        .map_err(|e| format!("shown must be [{{\"handle\", \"id\"}}]: {e}"))?,
+                },
+                origin: match opt_string(o, "origin")? {
+                    None => Origin::Public,
+                    Some(s) => {
+                        Origin::parse(&s).ok_or("origin must be public, private, dm or machine")?
+                    }
+                },
+                thread: {
+                    let t = opt_string(o, "thread")?.unwrap_or_else(|| "server".to_owned());
+                    if t.is_empty() || utf16_len(&t) > MAX_REF_UNITS {
+                        return Err(format!("thread must be 1 to {MAX_REF_UNITS} UTF-16 units"));
+                    }
+                    t
+                },
+                run_id: opt_string(o, "runId")?,
+            }
+        }
     })
 }
 
@@ -568,156 +574,160 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn err(route: &str, body: Value) -> String {
+    fn err(route: PostRoute, body: Value) -> String {
         parse(route, &body).expect_err("must fail")
     }
 
     #[test]
     fn memory_routes_answer_in_the_reference_words_and_order() {
-        let cases: &[(&str, Value, &str)] = &[
+        let cases: &[(PostRoute, Value, &str)] = &[
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"query": "x", "limit": 3}),
                 "scopeKey must be a non-empty string",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"scopeKey": 5}),
                 "scopeKey must be a non-empty string",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"scopeKey": "org a"}),
                 "scopeKey must not contain whitespace or control characters",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"scopeKey": "o".repeat(201)}),
                 "scopeKey must be at most 200 characters",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"scopeKey": "org:a", "limit": 0}),
                 "query must be a string",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"scopeKey": "org:a", "query": "x", "limit": 0}),
                 "limit must be an integer between 1 and 50",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"scopeKey": "org:a", "query": "x", "limit": 2.5}),
                 "limit must be an integer between 1 and 50",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!({"scopeKey": "org:a", "query": "x".repeat(4001), "limit": 2}),
                 "query must be at most 4000 characters",
             ),
             (
-                "/retrieve",
+                PostRoute::Retrieve,
                 json!([]),
                 "scopeKey must be a non-empty string",
             ),
-            ("/retrieve", json!("x"), "body must be a JSON object"),
-            ("/sweep", json!([]), "body must be a JSON object"),
             (
-                "/sweep",
+                PostRoute::Retrieve,
+                json!("x"),
+                "body must be a JSON object",
+            ),
+            (PostRoute::Sweep, json!([]), "body must be a JSON object"),
+            (
+                PostRoute::Sweep,
                 json!({"scopeKey": "org:a", "dryRun": "yes"}),
                 "dryRun must be a boolean",
             ),
             (
-                "/sweep",
+                PostRoute::Sweep,
                 json!({"scopeKey": "org:a", "dryRun": null}),
                 "dryRun must be a boolean",
             ),
             (
-                "/list",
+                PostRoute::List,
                 json!({"scopeKey": "org:a", "query": 1}),
                 "limit must be an integer between 1 and 50",
             ),
             (
-                "/list",
+                PostRoute::List,
                 json!({"scopeKey": "org:a", "limit": 5, "query": null}),
                 "query must be a string",
             ),
             (
-                "/list",
+                PostRoute::List,
                 json!({"scopeKey": "org:a", "limit": 5, "kind": "x"}),
                 "kind must be \"fact\" or \"summary\"",
             ),
             (
-                "/forget",
+                PostRoute::Forget,
                 json!({"scopeKey": "org:a", "id": "a b"}),
                 "id must be a non-empty string of at most 200 characters with no whitespace",
             ),
             (
-                "/forget",
+                PostRoute::Forget,
                 json!({"scopeKey": "org:a", "id": ""}),
                 "id must be a non-empty string of at most 200 characters with no whitespace",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [], "cap": 0}),
                 "cap must be an integer between 1 and 10000",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": {}}),
                 "records must be an array",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [1]}),
                 "records[0] must be an object",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [[]]}),
                 "records[0].kind must be \"fact\" or \"summary\"",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": " \u{feff}"}]}),
                 "records[0].text must be a non-empty string",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x"}]}),
                 "records[0].sourceThreadKey must be a non-empty string",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "keywords": [""]}]}),
                 "records[0].keywords must be an array of at most 20 short strings",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "keywords": null}]}),
                 "records[0].keywords must be an array of at most 20 short strings",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "sourceRunId": null}]}),
                 "records[0].sourceRunId must be a string",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "confidence": 1.5}]}),
                 "records[0].confidence must be a number in [0, 1]",
             ),
             (
-                "/write",
+                PostRoute::Write,
                 json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "restates": 3}]}),
                 "records[0].restates must be a string",
             ),
         ];
         for (route, body, want) in cases {
-            assert_eq!(&err(route, body.clone()), want, "{route} {body}");
+            assert_eq!(&err(*route, body.clone()), want, "{} {body}", route.path());
         }
         let ok = parse(
-            "/retrieve",
+            PostRoute::Retrieve,
             &json!({"scopeKey": "org:a", "query": "x", "limit": 2.0}),
         );
         assert!(matches!(ok, Ok(Body::Retrieve { limit: 2, .. })));
@@ -726,7 +736,7 @@ mod tests {
     #[test]
     fn unknown_fields_are_ignored_and_nulls_are_absent() {
         let b = parse(
-            "/list",
+            PostRoute::List,
             &json!({"scopeKey": "org:a", "limit": 5, "extra": 1}),
         )
         .expect("valid");
@@ -741,7 +751,7 @@ mod tests {
                 }
             }
         );
-        let w = parse("/write", &json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "restates": "", "extra": true}]})).expect("valid");
+        let w = parse(PostRoute::Write, &json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "restates": "", "extra": true}]})).expect("valid");
         assert!(matches!(w, Body::Write { ref records, .. } if records.len() == 1));
     }
 
@@ -749,11 +759,11 @@ mod tests {
     fn keywords_up_to_20_of_64_units_are_accepted() {
         let many: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
         let ok = parse(
-            "/write",
+            PostRoute::Write,
             &json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "keywords": many}]}),
         );
         assert!(ok.is_ok());
         let too_many: Vec<String> = (0..21).map(|i| format!("k{i}")).collect();
-        assert!(err("/write", json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "keywords": too_many}]})).contains("keywords"));
+        assert!(err(PostRoute::Write, json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "keywords": too_many}]})).contains("keywords"));
     }
 }

@@ -465,11 +465,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
 
     #[test]
-    fn arbitrary_bodies_never_cause_a_500(body in json_value(), route in 0..lessons::server::POST_ROUTES.len()) {
+    fn arbitrary_bodies_never_cause_a_500(body in json_value(), route in 0..lessons::contract::PostRoute::ALL.len()) {
         // One server for the whole property: started lazily, shared across cases.
         static SERVER: std::sync::OnceLock<Background> = std::sync::OnceLock::new();
         let s = SERVER.get_or_init(server);
-        let path = lessons::server::POST_ROUTES[route].0;
+        let path = lessons::contract::PostRoute::ALL[route].path();
         let (status, text) = call(&s.url(), "POST", path, Some(TOKEN), &body.to_string());
         prop_assert!(status == 200 || status == 400, "{} {}: {} {}", path, body, status, text);
         let v: Value = serde_json::from_str(&text).expect("every answer is JSON");

@@ -1,0 +1,232 @@
+//! What each POST route does with its parsed body: the store call (on a blocking thread), and
+//! the answer as its [`crate::contract`] body's JSON text, with the log suffix of the request
+//! (a scope and counts, never text). `/export` streams from `handler` instead.
+
+use std::sync::Arc;
+
+use super::answer::{json_text, Refusal};
+use super::wire::Body;
+use super::AppState;
+use crate::contract::{
+    ContextAnswer, CountAnswer, ForgetAnswer, GetAnswer, ImportAnswer, JournalAnswer, PromptAnswer,
+    RecordsAnswer, ScopesAnswer, StatsAnswer, SweepAnswer, WindowAnswer, WriteAnswer,
+};
+use crate::memory::{build_context, reflect, shown_set};
+use crate::reflect::reflection_prompt;
+use crate::store::WriteOptions;
+use crate::time::system_clock;
+use crate::Record;
+
+/// `{records}` over shared records: [`RecordsAnswer`]'s bytes without copying them.
+#[derive(serde::Serialize)]
+struct SharedRecords<'a> {
+    records: &'a [Arc<Record>],
+}
+
+/// Runs one request against the store (on a blocking thread): the answer's JSON text and the
+/// log suffix, or the refusal.
+pub(super) fn execute(
+    state: &AppState,
+    path: &str,
+    body: Body,
+) -> Result<(String, String), Refusal> {
+    match answer(state, body) {
+        Ok(Some(answered)) => Ok(answered),
+        Ok(None) => Err(Refusal::bug(&format!(
+            "{path} reached the routes that answer whole"
+        ))),
+        Err(e) => Err(Refusal::of_store(state, path, e)),
+    }
+}
+
+/// The answer of every route but `/export` (`None`: a body this does not answer). Each
+/// answers with its typed contract body, serialized straight to text so every number keeps
+/// the form JavaScript prints.
+fn answer(state: &AppState, body: Body) -> crate::Result<Option<(String, String)>> {
+    let store = state.store.as_ref();
+    Ok(Some(match body {
+        Body::Retrieve {
+            scope,
+            query,
+            limit,
+        } => {
+            let records = store.retrieve_marked(&scope, &query, limit)?;
+            let log = format!("{scope} records={}", records.len());
+            (json_text(&RecordsAnswer { records })?, log)
+        }
+        Body::Write {
+            scope,
+            records,
+            cap,
+            tally,
+            rejected,
+        } => {
+            let options = WriteOptions {
+                cap,
+                tally,
+                rejected,
+            };
+            let counts = store.write(&scope, &records, &options)?;
+            let c = &counts;
+            let log = format!(
+                "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
+                c.inserted, c.deduped, c.restated, c.superseded, c.evicted
+            );
+            (json_text(&WriteAnswer { ok: true, counts })?, log)
+        }
+        Body::List { scope, query } => {
+            if query.is_window() {
+                // The hot read: serialized from the store's shared window, nothing copied.
+                let window = store.window(&scope, query.limit)?;
+                let log = format!("{scope} records={}", window.len());
+                return Ok(Some((json_text(&SharedRecords { records: &window })?, log)));
+            }
+            let records = store.list(&scope, &query)?;
+            let log = format!("{scope} records={}", records.len());
+            (json_text(&RecordsAnswer { records })?, log)
+        }
+        Body::Forget { scope, id } => {
+            let forgotten = store.forget(&scope, &id)?;
+            let answer = ForgetAnswer {
+                ok: true,
+                forgotten,
+            };
+            (
+                json_text(&answer)?,
+                format!("{scope} forgotten={forgotten}"),
+            )
+        }
+        Body::Sweep { scope, dry_run } => {
+            let r = store.sweep(&scope, dry_run)?;
+            let log = format!("{scope} swept={} dry_run={dry_run}", r.swept);
+            let answer = SweepAnswer {
+                ok: true,
+                swept: r.swept,
+                ids: dry_run.then_some(r.ids),
+            };
+            (json_text(&answer)?, log)
+        }
+        Body::Get { id } => {
+            let record = store.get(&id)?;
+            let log = format!("found={}", record.is_some());
+            (json_text(&GetAnswer { record })?, log)
+        }
+        Body::Scopes => {
+            let scopes = store.scopes()?;
+            let log = format!("scopes={}", scopes.len());
+            (json_text(&ScopesAnswer { scopes })?, log)
+        }
+        Body::Count { scope } => {
+            let active = store.active_count(&scope)?;
+            let log = format!("{scope} active={active}");
+            (json_text(&CountAnswer { active })?, log)
+        }
+        Body::Journal { scope, query } => {
+            let decisions = store.decisions(&scope, &query)?;
+            let log = format!("{scope} decisions={}", decisions.len());
+            (json_text(&JournalAnswer { decisions })?, log)
+        }
+        Body::Review { days, scope } => {
+            let now = system_clock()();
+            let r = crate::review::review(store, days, scope.as_ref(), now, &state.review)?;
+            let log = format!("days={days} fired={}", r.fired.len());
+            (json_text(&r)?, log)
+        }
+        Body::Window { scope } => {
+            let records = store.window(&scope, state.context.repo_window.max(1))?;
+            let pairs: Vec<(&str, &str)> = records
+                .iter()
+                .map(|r| (r.text.as_str(), r.source_thread_key.as_str()))
+                .collect();
+            let block = crate::context::render_block(
+                scope.as_str(),
+                &pairs,
+                state.context.limit,
+                state.context.max_tokens,
+            );
+            let answer = WindowAnswer {
+                records: records.iter().map(|r| &**r).collect::<Vec<&Record>>(),
+                kept: block.as_ref().map_or(0, |b| b.kept),
+                block: block.map(|b| b.text),
+            };
+            (json_text(&answer)?, format!("{scope} window"))
+        }
+        Body::Import { records, decisions } => {
+            let r = store.import(&records)?;
+            let journaled = store.import_decisions(&decisions)?;
+            let answer = ImportAnswer {
+                ok: true,
+                imported: r.imported,
+                skipped: r.skipped,
+                decisions: journaled,
+            };
+            let log = format!(
+                "imported={} skipped={} decisions={journaled}",
+                r.imported, r.skipped
+            );
+            (json_text(&answer)?, log)
+        }
+        Body::Stats { since } => {
+            let days = store.stats(since)?;
+            let log = format!("days={}", days.len());
+            (json_text(&StatsAnswer { days })?, log)
+        }
+        Body::Context { run, brief } => {
+            let ctx = build_context(store, &run, &brief, &state.context, system_clock()());
+            for w in &ctx.warnings {
+                log::warn!("{w}");
+            }
+            let log = format!(
+                "{} kept={} window={}",
+                run.resource(),
+                ctx.records.len(),
+                ctx.from_window
+            );
+            let answer = ContextAnswer {
+                kept: ctx.records.len(),
+                from_window: ctx.from_window,
+                block: ctx.block,
+            };
+            (json_text(&answer)?, log)
+        }
+        Body::Prompt {
+            run,
+            request,
+            answer,
+            transcript,
+        } => {
+            let shown = shown_set(store, &run, &request, &answer, &state.context)?;
+            let transcript = transcript.unwrap_or_else(|| format!("{request}\n\n{answer}"));
+            let p = reflection_prompt(&shown, &transcript);
+            let log = format!("{} shown={}", run.resource(), p.shown.len());
+            let answer = PromptAnswer {
+                system: p.system,
+                input: p.input,
+                shown: p.shown,
+            };
+            (json_text(&answer)?, log)
+        }
+        Body::Reflect {
+            run,
+            reply,
+            shown,
+            origin,
+            thread,
+            run_id,
+        } => {
+            let outcome = reflect(
+                store,
+                &run,
+                &reply,
+                &shown,
+                origin,
+                &thread,
+                run_id.as_deref(),
+            )?;
+            log::info!("{}", outcome.line());
+            (json_text(&outcome)?, run.resource())
+        }
+        // Streamed by the handler, never answered whole.
+        Body::Export => return Ok(None),
+    }))
+}
