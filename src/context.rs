@@ -125,7 +125,7 @@ pub struct Block {
 }
 
 /// One bullet: `- <text> (source: <sourceThreadKey>)`, both sanitized.
-pub fn bullet(text: &str, source: &str) -> String {
+pub(crate) fn bullet(text: &str, source: &str) -> String {
     format!("- {} (source: {})", sanitize(text), sanitize(source))
 }
 
@@ -169,7 +169,7 @@ pub fn render_block(
 
 /// The pool a run sees: the window first, then the keyword hits of the other scopes merged and
 /// re-scored together with the brief (ties keep scope order), without duplicates.
-pub fn pool(
+pub(crate) fn pool(
     window: Vec<Record>,
     hits_per_scope: Vec<Vec<Record>>,
     brief: &str,
@@ -187,7 +187,7 @@ pub fn pool(
 }
 
 /// The block for a run's pool under `config`, with the records it kept.
-pub fn assemble(
+pub(crate) fn assemble(
     run: &RunScopes,
     pool: &[Record],
     config: &ContextConfig,

@@ -40,35 +40,23 @@
 //! # }
 //! ```
 //!
-//! Modules, one question each (see `ARCHITECTURE.md`):
-//! - [`gate`]: which status and change-description markers does this text carry?
-//! - [`redact`]: which spans of this text are secrets?
-//! - [`text`]: tokens, the dedup key, the sanitized field, the token estimate.
+//! The modules, one question each (the whole map is `ARCHITECTURE.md`):
+//! - [`store`]: the [`MemoryStore`] contract; [`EmbeddedStore`] (fjall + tantivy, one atomic
+//!   batch per write) and [`InMemoryStore`].
 //! - [`model`]: records, candidates, scope keys, statuses, counts.
-//! - `plan` (internal): given a scope's records and candidates, what must a write do?
-//! - [`rank`]: keyword score, recency, the blended score.
-//! - [`store`]: the [`MemoryStore`] contract; [`EmbeddedStore`] (fjall + tantivy) and
-//!   [`InMemoryStore`].
-//! - `index` (internal): the tantivy keyword index.
-//! - [`fts`]: the reference's SQLite FTS5 search, exactly: its tokens, its match terms, its
-//!   BM25 pool.
-//! - [`provenance`]: which provenance a record keeps, and how two records' provenance merge.
-//! - [`contract`]: the typed requests and answers of the wire, shared by the server, the remote
-//!   store and the CLI.
-//! - [`context`]: which records does a run see, and exactly what bytes?
+//! - [`gate`]: which status and change-description markers does this text carry?
+//! - [`context`] and [`memory`]: which records does a run see, and exactly what bytes; what a
+//!   bot calls per run, in order, against a store.
 //! - [`reflect`]: the extractor's prompt, reading its reply, routing facts to scopes.
-//! - [`memory`]: what a bot calls per run, in order, against a store.
 //! - [`review`]: the week's verdict: the three signals and their evidence.
-//! - [`decisions`]: the decision journal: what the store decided about each fact, as evidence.
-//! - [`json`]: JSON as the reference reads and writes it (JavaScript's `JSON.parse`, lone
-//!   surrogates included).
+//! - [`decisions`]: the decision journal: what the store decided about each fact.
 //! - `server` (feature `server`): the memory Worker's HTTP wire contract over one store
 //!   (`lessons serve`).
 //! - `remote` (feature `remote`): the store contract over that wire (`remote::RemoteStore`).
 //!
 //! Features: `server`, `remote` and `cli` (the binary; the default, which includes the other
 //! two). `default-features = false` builds the store alone: fjall, tantivy, regex, serde,
-//! postcard, parking_lot, log.
+//! serde_json, postcard, parking_lot, log, sha2, xxhash-rust.
 
 #![forbid(unsafe_code)]
 
@@ -76,10 +64,10 @@
 #[doc(hidden)]
 pub mod cli;
 pub mod context;
-pub mod contract;
+mod contract;
 pub mod decisions;
 mod error;
-pub mod fts;
+mod fts;
 mod fts_tables;
 #[cfg(feature = "__fuzzing")]
 #[doc(hidden)]
@@ -87,13 +75,13 @@ pub mod fuzzing;
 pub mod gate;
 #[doc(hidden)]
 pub mod internals;
-pub mod json;
+mod json;
 mod limits;
 pub mod memory;
 pub mod model;
-pub mod provenance;
-pub mod rank;
-pub mod redact;
+mod provenance;
+mod rank;
+mod redact;
 pub mod reflect;
 #[cfg(feature = "remote")]
 pub mod remote;
@@ -101,7 +89,7 @@ pub mod review;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod store;
-pub mod text;
+mod text;
 mod time;
 
 pub use context::{ContextConfig, RunScopes};

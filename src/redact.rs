@@ -68,7 +68,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 /// `text` with every recognised credential replaced by `[redacted]`.
 ///
 /// ```
-/// use lessons::redact::redact_secrets;
+/// use lessons::redact_secrets;
 /// assert_eq!(
 ///     redact_secrets("curl -H 'Authorization: Bearer abcdef0123456789xyz' https://u:hunter2@host/x"),
 ///     "curl -H 'Authorization: Bearer [redacted]' https://[redacted]@host/x",
@@ -94,11 +94,6 @@ pub fn redact_secrets(text: &str) -> String {
         out = replaced.into_owned();
     }
     out
-}
-
-/// Does `text` hold anything [`redact_secrets`] would redact?
-pub fn has_secret(text: &str) -> bool {
-    redact_secrets(text) != text
 }
 
 #[cfg(test)]
@@ -220,7 +215,6 @@ mod tests {
     fn idempotent_and_lesson_text_untouched() {
         let lesson = "the license check fails on a resident tree whose nested node_modules were dropped; run npm ci";
         assert_eq!(r(lesson), lesson);
-        assert!(!has_secret(lesson));
         let once = r("Bearer 0123456789abcdefXYZ and xoxb-1234567890-abcdefghij");
         assert_eq!(r(&once), once);
     }

@@ -25,17 +25,17 @@ use crate::redact::redact_secrets;
 use crate::text::{floor_char_boundary, tail_utf16, utf16_len};
 
 /// Facts accepted from one reply at most.
-pub const MAX_FACTS: usize = 5;
+pub(crate) const MAX_FACTS: usize = 5;
 /// Keywords kept per fact at most.
-pub const MAX_FACT_KEYWORDS: usize = 10;
+pub(crate) const MAX_FACT_KEYWORDS: usize = 10;
 /// Facts below this confidence are dropped (not rejected: the model was unsure, not wrong).
-pub const MIN_CONFIDENCE: f64 = 0.6;
+pub(crate) const MIN_CONFIDENCE: f64 = 0.6;
 /// The transcript tail the extractor reads, in UTF-16 units.
-pub const TRANSCRIPT_TAIL: usize = 24_000;
+pub(crate) const TRANSCRIPT_TAIL: usize = 24_000;
 /// The query of the reflection-time retrieve (request + answer), in UTF-16 units at most.
-pub const SHOWN_QUERY_UNITS: usize = 2_000;
+pub(crate) const SHOWN_QUERY_UNITS: usize = 2_000;
 /// Records per scope the reflection-time retrieve shows the extractor.
-pub const SHOWN_PER_SCOPE: usize = 8;
+pub(crate) const SHOWN_PER_SCOPE: usize = 8;
 
 /// Who a fact is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -376,7 +376,7 @@ impl Origin {
 
 /// The candidates of one reflection, grouped by the scope they go to.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Routed {
+pub(crate) struct Routed {
     /// Fact candidates per scope, in reply order.
     pub facts: BTreeMap<ScopeKey, Vec<Candidate>>,
     /// The summary candidate and its scope.
@@ -432,7 +432,7 @@ fn place(
 /// pointer follows its target's scope; otherwise its audience's scope if the run has it, else
 /// the organization. A scope the origin forbids is narrowed (dm: user, then channel; otherwise
 /// channel, then user; never repo) and loses its pointers, or the fact is dropped.
-pub fn route(
+pub(crate) fn route(
     reflection: &Reflection,
     run: &crate::context::RunScopes,
     origin: Origin,

@@ -10,7 +10,7 @@
 /// The keyword tokens of `text`: runs of `[a-z0-9]` after lowercasing, in order, duplicates kept.
 ///
 /// ```
-/// assert_eq!(lessons::text::tokenize("Run `npm ci`, then 2x!"), ["run", "npm", "ci", "then", "2x"]);
+/// assert_eq!(lessons::internals::text::tokenize("Run `npm ci`, then 2x!"), ["run", "npm", "ci", "then", "2x"]);
 /// ```
 pub fn tokenize(text: &str) -> Vec<String> {
     // A record's default keywords are its text's ~50 tokens: sized once, the list is one
@@ -102,7 +102,7 @@ pub(crate) fn for_each_token(text: &str, mut f: impl FnMut(&str)) {
 /// The dedup key: trimmed, lowercased, every whitespace run collapsed to one space.
 ///
 /// ```
-/// assert_eq!(lessons::text::normalize("  Run  NPM\tci \u{FEFF}"), "run npm ci");
+/// assert_eq!(lessons::internals::text::normalize("  Run  NPM\tci \u{FEFF}"), "run npm ci");
 /// ```
 pub fn normalize(text: &str) -> String {
     if text.is_ascii() {
@@ -118,7 +118,7 @@ pub fn normalize(text: &str) -> String {
 /// then `&`, `<` and `>` are escaped (`&` first), so no record can forge a fence line.
 ///
 /// ```
-/// assert_eq!(lessons::text::sanitize("a\u{0}<b>\n&c"), "a &lt;b&gt; &amp;c");
+/// assert_eq!(lessons::internals::text::sanitize("a\u{0}<b>\n&c"), "a &lt;b&gt; &amp;c");
 /// ```
 pub fn sanitize(text: &str) -> String {
     let collapsed = one_line(text);

@@ -8,10 +8,10 @@
 
 use std::path::Path;
 
-use lessons::fts::{match_terms, pool_size};
+use lessons::internals::fts::{match_terms, pool_size};
+use lessons::internals::rank::rank;
+use lessons::internals::text::{normalize, tokenize};
 use lessons::model::{Kind, Record, ScopeKey, Status};
-use lessons::rank::rank;
-use lessons::text::{normalize, tokenize};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 /// A fixed-seed xorshift generator: the same data every run.

@@ -1,5 +1,5 @@
 //! The data model: scope keys, records, candidates, statuses and counts, with their validation.
-//! The bounds it checks are [`crate::limits`]'; where a record lives and what it is called
+//! The bounds it checks are declared in `limits`; where a record lives and what it is called
 //! ([`ScopeKey`], [`RecordId`]) and what a writer offers ([`Candidate`]) have their own files,
 //! and every type is reached at `model::`.
 //!
@@ -23,7 +23,8 @@ use crate::limits::{
 use crate::text::utf16_len;
 use scope::split_record_id;
 
-pub use candidate::{Candidate, ValidCandidate};
+pub use candidate::Candidate;
+pub(crate) use candidate::ValidCandidate;
 pub use keywords::{Keywords, KeywordsBuilder};
 pub use scope::{RecordId, ScopeKey};
 
@@ -238,7 +239,7 @@ impl Record {
 }
 
 /// The keywords a record gets when the writer sent none: every token of its text, repeats kept.
-pub fn default_keywords(text: &str) -> Keywords {
+pub(crate) fn default_keywords(text: &str) -> Keywords {
     // Sized once: an ASCII text's token count is its runs of letters and digits.
     let mut b = KeywordsBuilder::with_capacity(crate::text::ascii_runs(text), text.len());
     crate::text::for_each_token(text, |t| b.push(t));

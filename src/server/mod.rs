@@ -17,12 +17,11 @@ mod answer;
 mod auth;
 mod conn;
 mod handler;
-mod metrics;
+pub(crate) mod metrics;
 mod routes;
 pub(crate) mod wire;
 
 pub use conn::Limits;
-pub use metrics::rollup_lines;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,7 +36,7 @@ use crate::store::MemoryStore;
 use crate::time::{day_of, system_clock};
 
 use handler::handle;
-use metrics::Metrics;
+use metrics::{rollup_lines, Metrics};
 
 /// Who may do what.
 #[derive(Clone, Debug, Default)]
@@ -68,10 +67,10 @@ pub struct AppState {
 }
 
 /// Exports that may stream at once; each runs on its own thread, off the store threads.
-pub const MAX_EXPORTS: usize = 2;
+pub(crate) const MAX_EXPORTS: usize = 2;
 
 /// Time a request body may take to arrive.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why `serve` returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,10 +208,10 @@ async fn shutdown_signal() {
 
 /// Store calls at once: a few per core. More blocking threads only oversubscribe the cores (the
 /// store's work is CPU and fsync, not waiting), which measured as a longer latency tail.
-pub const STORE_THREADS: usize = 3;
+pub(crate) const STORE_THREADS: usize = 3;
 
 /// The server's runtime: async workers per core, and a small pool for store calls.
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(STORE_THREADS)

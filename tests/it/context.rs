@@ -320,7 +320,7 @@ fn twenty_four_320_character_facts_fit_in_3000_tokens_beside_the_hits() {
     let bullets: usize = block
         .lines()
         .filter(|l| l.starts_with("- "))
-        .map(lessons::text::estimate_tokens)
+        .map(lessons::internals::text::estimate_tokens)
         .sum();
     assert!(bullets <= 3000, "{bullets}");
 }

@@ -2,7 +2,7 @@
 //! Worker sets it up. Random texts and queries must give the same tokens, and the same candidate
 //! pool in the same order, ties included.
 
-use lessons::fts::{for_each_fts_token, match_terms, pool, pool_size};
+use lessons::internals::fts::{for_each_fts_token, match_terms, pool, pool_size};
 use proptest::prelude::*;
 use rusqlite::Connection;
 

@@ -157,7 +157,7 @@ fn the_prompt_shows_records_by_handle_and_redacts_the_transcript() {
         .nth(1)
         .expect("a transcript");
     assert_eq!(
-        lessons::text::utf16_len(tail.trim_end_matches("\n</transcript>")),
+        lessons::internals::text::utf16_len(tail.trim_end_matches("\n</transcript>")),
         24_000
     );
     for rule in [

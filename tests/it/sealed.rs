@@ -19,7 +19,7 @@ use crate::server::TOKEN;
 /// tokens, then the provenance names the scope and the hash of the content.
 fn seal(scope: &ScopeKey, mut c: Candidate) -> Candidate {
     if c.keywords.is_none() {
-        c.keywords = Some(lessons::text::tokenize(&c.text));
+        c.keywords = Some(lessons::internals::text::tokenize(&c.text));
     }
     let kind = c.kind.expect("a kind");
     let hash = content_hash(
@@ -46,7 +46,7 @@ fn valid(r: &Record) -> bool {
     let Some(p) = &r.provenance else {
         return false;
     };
-    lessons::provenance::is_memory_provenance(p)
+    lessons::internals::provenance::is_memory_provenance(p)
         && p["scopeKey"] == r.scope_key.as_str()
         && p["contentHash"].as_str() == Some(r.content_hash().as_str())
 }

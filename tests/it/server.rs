@@ -398,7 +398,7 @@ fn the_rollup_line_has_counts_only() {
         )
         .expect("write");
     let today = lessons::internals::day_of(lessons::store::system_clock()());
-    let lines = lessons::server::rollup_lines(&store, today).expect("rollup");
+    let lines = lessons::internals::rollup_lines(&store, today).expect("rollup");
     assert_eq!(lines.len(), 1);
     assert!(lines[0].starts_with("[memory] day "));
     assert!(
@@ -465,11 +465,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
 
     #[test]
-    fn arbitrary_bodies_never_cause_a_500(body in json_value(), route in 0..lessons::contract::PostRoute::ALL.len()) {
+    fn arbitrary_bodies_never_cause_a_500(body in json_value(), route in 0..lessons::internals::contract::PostRoute::ALL.len()) {
         // One server for the whole property: started lazily, shared across cases.
         static SERVER: std::sync::OnceLock<Background> = std::sync::OnceLock::new();
         let s = SERVER.get_or_init(server);
-        let path = lessons::contract::PostRoute::ALL[route].path();
+        let path = lessons::internals::contract::PostRoute::ALL[route].path();
         let (status, text) = call(&s.url(), "POST", path, Some(TOKEN), &body.to_string());
         prop_assert!(status == 200 || status == 400, "{} {}: {} {}", path, body, status, text);
         let v: Value = serde_json::from_str(&text).expect("every answer is JSON");

@@ -1,6 +1,6 @@
 //! The text functions against the reference's answers.
 
-use lessons::text::{estimate_tokens, normalize, sanitize, tokenize};
+use lessons::internals::text::{estimate_tokens, normalize, sanitize, tokenize};
 
 use crate::util::jsonl;
 
