@@ -7,6 +7,8 @@
 //! `support/status_corpus.rs`). `examples/gate_corpus.rs` writes the last two out for the
 //! whole-process measurement against node.
 
+// A harness: a panic is its failure report (see Cargo.toml's lint policy).
+#![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use lessons::gate::rejection_markers;
 use std::hint::black_box;

@@ -15,6 +15,8 @@
 //!
 //! `cargo bench --bench store`
 
+// A harness: a panic is its failure report (see Cargo.toml's lint policy).
+#![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
 mod support;
 
 use std::hint::black_box;

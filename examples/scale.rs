@@ -8,6 +8,8 @@
 //! schema, `synchronous=FULL`, the same records and the same reflections; it keeps every scope's
 //! database open (three descriptors each), so `ulimit -n` must allow that.
 
+// A harness: a panic is its failure report (see Cargo.toml's lint policy).
+#![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
 #[path = "../benches/support/mod.rs"]
 mod support;
 

@@ -197,7 +197,7 @@ pub(crate) fn assemble(
         .map(|r| (r.text.as_str(), r.source_thread_key.as_str()))
         .collect();
     let block = render_block(&run.resource(), &pairs, config.limit, config.max_tokens)?;
-    let kept = pool[..block.kept].to_vec();
+    let kept = pool.iter().take(block.kept).cloned().collect();
     Some((block, kept))
 }
 

@@ -94,8 +94,8 @@ impl QueryMatcher {
         let mut hits = 0;
         let mut visit = |t: &str| {
             if let Some(&(index, count)) = self.distinct.get(t) {
-                if !found[index] {
-                    found[index] = true;
+                if let Some(seen @ false) = found.get_mut(index) {
+                    *seen = true;
                     hits += count;
                 }
             }

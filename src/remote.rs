@@ -5,9 +5,6 @@
 //! `[memory]` warning (through the `log` facade). Writes, lists, forgets and sweeps fail with an error naming the status and
 //! the server's message. Routes an older server lacks answer 404, reported as unsupported.
 
-// Data from disk and the network flows through here: no indexing or expect that could panic.
-#![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
-
 use std::time::Duration;
 
 use serde_json::Value;

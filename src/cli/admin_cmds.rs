@@ -215,7 +215,9 @@ pub(crate) fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
     let mut o = out();
     if cli.json {
         let mut v = serde_json::to_value(&health).map_err(|e| Failure::Usage(e.to_string()))?;
-        v["ok"] = json!(health.is_ok());
+        if let Some(fields) = v.as_object_mut() {
+            fields.insert("ok".to_owned(), json!(health.is_ok()));
+        }
         emit(&mut o, &v.to_string())?;
     } else {
         let verdict = if health.is_ok() {

@@ -74,7 +74,7 @@ impl Marker {
 
     /// The marker's wire name (`"spec-row"`, `"sha"`, …).
     pub fn name(self) -> &'static str {
-        MARKER_NAMES[self as usize]
+        MARKER_NAMES.get(self as usize).copied().unwrap_or("")
     }
 
     /// The marker with this wire name, if any.
@@ -152,7 +152,10 @@ fn clauses(text: &str) -> impl Iterator<Item = &str> {
     let (mut start, mut i) = (0, 0);
     std::iter::from_fn(move || {
         while i < bytes.len() {
-            let cut = match bytes.get(i).map(|&b| BYTE_CLASS[usize::from(b)]) {
+            let cut = match bytes
+                .get(i)
+                .and_then(|&b| BYTE_CLASS.get(usize::from(b)).copied())
+            {
                 Some(CLAUSE_END) => 1,
                 Some(MAYBE_DASH) if bytes.get(i + 1..i + 3) == Some(&[0x80, 0x94]) => 3,
                 _ => 0,
@@ -174,10 +177,20 @@ fn clauses(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// `table`'s entry for byte `b`.
+// A byte always indexes a 256-entry table (the check compiles away).
+#[allow(clippy::indexing_slicing)]
+#[inline(always)]
+fn class(table: &[u8; 256], b: u8) -> u8 {
+    table[usize::from(b)]
+}
+
 /// Byte classes for [`has_sha`]: 0 ends a run; otherwise the bits say what the byte adds.
 const SHA_DIGIT: u8 = 1;
 const SHA_HEX_LETTER: u8 = 2;
 const SHA_OTHER_LETTER: u8 = 4;
+// Built at compile time, where an index out of range is a compile error, not a panic.
+#[allow(clippy::indexing_slicing)]
 static SHA_CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut b = 0;
@@ -249,15 +262,13 @@ fn scan_sha(text: &str) -> (bool, bool) {
 /// Judges the maximal run of ASCII letters and digits around `bytes[at]`: `(is it a sha, the
 /// index just past it)`.
 fn judge_run(bytes: &[u8], at: usize) -> (bool, usize) {
-    let alnum = |b: &u8| SHA_CLASS[usize::from(*b)] != 0;
+    let alnum = |b: &u8| class(&SHA_CLASS, *b) != 0;
     let before = bytes.get(..at).unwrap_or_default();
     let start = at - before.iter().rev().take_while(|b| alnum(b)).count();
     let after = bytes.get(at..).unwrap_or_default();
     let end = at + after.iter().take_while(|b| alnum(b)).count();
     let run = bytes.get(start..end).unwrap_or_default();
-    let seen = run
-        .iter()
-        .fold(0, |seen, b| seen | SHA_CLASS[usize::from(*b)]);
+    let seen = run.iter().fold(0, |seen, b| seen | class(&SHA_CLASS, *b));
     (
         seen == SHA_DIGIT | SHA_HEX_LETTER && (7..=40).contains(&run.len()),
         end,
@@ -277,6 +288,8 @@ const TOKEN_BYTE: u8 = 1;
 const CLAUSE_END: u8 = 2;
 const MAYBE_DASH: u8 = 3;
 const MAYBE_DOTTED_I: u8 = 4;
+// Built at compile time, where an index out of range is a compile error, not a panic.
+#[allow(clippy::indexing_slicing)]
 static BYTE_CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut b = 0;
@@ -315,7 +328,7 @@ enum Token {
 fn read_token(bytes: &[u8], mut i: usize) -> (usize, Token) {
     let head = swar::load(bytes, i);
     let len = swar::bits(swar::alnum(head)).trailing_ones() as usize;
-    let next = bytes.get(i + len).map(|&b| BYTE_CLASS[usize::from(b)]);
+    let next = bytes.get(i + len).map(|&b| class(&BYTE_CLASS, b));
     if (1..8).contains(&len) && !matches!(next, Some(MAYBE_DASH | MAYBE_DOTTED_I)) {
         let key = (head | (swar::ONES * 0x20)) & (u64::MAX >> (64 - 8 * len));
         let sort = if swar::bits(swar::digit(head)).trailing_ones() as usize >= len {
@@ -338,7 +351,7 @@ fn read_token(bytes: &[u8], mut i: usize) -> (usize, Token) {
         *len += 1;
     };
     loop {
-        match bytes.get(i).map(|&b| (b, BYTE_CLASS[usize::from(b)])) {
+        match bytes.get(i).map(|&b| (b, class(&BYTE_CLASS, b))) {
             Some((c, TOKEN_BYTE)) => {
                 digits &= c.is_ascii_digit();
                 push(c.to_ascii_lowercase(), &mut len);
@@ -397,7 +410,11 @@ fn near_pair_clauses(text: &str, mut accept: impl FnMut(&str) -> bool) -> bool {
         |from: usize, to: usize, near: bool| near && text.get(from..to).is_some_and(&mut accept);
     let kelvin = |i: usize| bytes.get(i..i + 3) == Some(&[0xE2, 0x84, 0xAA]);
     let dotted_i = |i: usize| bytes.get(i..i + 2) == Some(&[0xC4, 0xB0]);
-    let class_at = |i: usize| bytes.get(i).map(|&b| BYTE_CLASS[usize::from(b)]);
+    let class_at = |i: usize| {
+        bytes
+            .get(i)
+            .and_then(|&b| BYTE_CLASS.get(usize::from(b)).copied())
+    };
     let starts_token = |i: usize| match class_at(i) {
         Some(TOKEN_BYTE) => true,
         Some(MAYBE_DASH) => kelvin(i),
@@ -405,7 +422,7 @@ fn near_pair_clauses(text: &str, mut accept: impl FnMut(&str) -> bool) -> bool {
         _ => false,
     };
     while let Some(&b) = bytes.get(i) {
-        let class = BYTE_CLASS[usize::from(b)];
+        let class = class(&BYTE_CLASS, b);
         if starts_token(i) {
             let (end, sort) = read_token(bytes, i);
             i = end;

@@ -15,6 +15,8 @@ const WS: &str = r"\t\n\x0B\x0C\r \u{A0}\u{1680}\u{2000}-\u{200A}\u{2028}\u{2029
 /// Compiles a pattern written with `{S}` (one whitespace character), `{N}` (one non-whitespace
 /// character) and `{W}` (one word character) under ASCII-only case folding and ASCII `\b`, as
 /// JavaScript reads a pattern without the Unicode flag.
+// Constant patterns, each compiled by the tests that hold the scanners to this model.
+#[allow(clippy::expect_used)]
 fn compile(pattern: &str) -> Regex {
     let s = format!("(?u:[{WS}])");
     let n = format!("(?u:[^{WS}])");

@@ -31,6 +31,8 @@ pub(super) struct Found {
 }
 
 /// `[A-Za-z0-9_]`, the word characters of `\b` and `\w` without the Unicode flag.
+// Built at compile time, where an index out of range is a compile error, not a panic.
+#[allow(clippy::indexing_slicing)]
 static WORD: [bool; 256] = {
     let mut t = [false; 256];
     let mut b = 0;
@@ -43,7 +45,7 @@ static WORD: [bool; 256] = {
 };
 
 fn is_word(b: u8) -> bool {
-    WORD[usize::from(b)]
+    WORD.get(usize::from(b)).copied().unwrap_or(false)
 }
 
 /// The length in bytes of the JavaScript whitespace character at `i`, or 0. The text is valid
@@ -157,6 +159,8 @@ fn reaches(bytes: &[u8], mut i: usize, between: usize, targets: &Words) -> bool 
 /// A word of at most eight bytes folded to lowercase and packed little-endian; 0 for longer
 /// words. Word bytes are never 0, so words of different lengths never share a key, and `| 0x20`
 /// lowercases a capital without making any other word byte a letter (`_` becomes DEL).
+// `j` stays below `word.len()`; a `const fn` has no `get` to say so.
+#[allow(clippy::indexing_slicing)]
 const fn key(word: &[u8]) -> u64 {
     if word.len() > 8 {
         return 0;
@@ -244,6 +248,8 @@ const fn slot(key: u64) -> usize {
 /// The opening words by slot: one load and one comparison tell any other word apart, and the
 /// slot says what the word opens, so no chain of comparisons stands between a word and its
 /// patterns.
+// Built at compile time, where an index out of range is a compile error, not a panic.
+#[allow(clippy::indexing_slicing)]
 static SLOTS: [(u64, Opens); 64] = {
     let mut t = [(0u64, Opens::Nothing); 64];
     let mut j = 0;

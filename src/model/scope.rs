@@ -20,6 +20,8 @@ use crate::text::utf16_len;
 
 /// Characters a scope key may not hold: whitespace (both JavaScript's and Unicode's), control,
 /// format, private-use and unassigned characters.
+// A constant pattern, compiled by every test that parses a scope key.
+#[allow(clippy::expect_used)]
 static FORBIDDEN_IN_SCOPE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"[\p{White_Space}\u{FEFF}\p{Cc}\p{Cf}\p{Co}\p{Cn}]")
         .expect("scope key pattern compiles")
@@ -105,7 +107,9 @@ impl ScopeKey {
         let mut i = digits.len();
         loop {
             i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
+            if let Some(d) = digits.get_mut(i) {
+                *d = b'0' + (n % 10) as u8;
+            }
             n /= 10;
             if n == 0 {
                 break;
@@ -115,7 +119,13 @@ impl ScopeKey {
         id.push_str("mem:");
         id.push_str(&self.0);
         id.push(':');
-        id.extend(digits[i..].iter().map(|&d| char::from(d)));
+        id.extend(
+            digits
+                .get(i..)
+                .unwrap_or_default()
+                .iter()
+                .map(|&d| char::from(d)),
+        );
         id
     }
 }

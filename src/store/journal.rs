@@ -511,19 +511,108 @@ mod tests {
         );
     }
 
+    /// A deterministic stream of bytes over the whole range (a linear congruential generator's
+    /// high byte).
+    struct Bytes(u64);
+
+    impl Bytes {
+        fn next(&mut self) -> u8 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 56) as u8
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (u32::from_le_bytes([self.next(), self.next(), self.next(), 0]) as usize) % n.max(1)
+        }
+
+        fn vec(&mut self, len: usize) -> Vec<u8> {
+            (0..len).map(|_| self.next()).collect()
+        }
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut seed = 7u64;
+        let mut rng = Bytes(7);
         for len in 0..600 {
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    seed = seed
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    (seed >> 59) as u8
-                })
-                .collect();
+            let bytes = rng.vec(len);
             let _ = scan_bytes(&bytes, true);
         }
+    }
+
+    /// Journals of whole batches (random keys and values over every byte), then damaged the ways
+    /// a disk damages them: bytes replaced, the tail cut, garbage spliced in. None panics; an
+    /// undamaged one reads whole; and the damaged ones reach every path of the reader: a whole
+    /// batch whose trailer reads but whose checksum fails, whole batches found past damage, and
+    /// a cut tail read as an unacknowledged write.
+    #[test]
+    fn damaged_journals_never_panic_and_reach_the_trailer_checks() {
+        let mut rng = Bytes(11);
+        let (mut whole, mut checksum, mut later, mut torn) = (0, 0, 0, 0);
+        for case in 0..3000 {
+            let batches = 1 + rng.below(6);
+            let mut j = Vec::new();
+            let mut items_in = Vec::new();
+            for b in 0..batches {
+                let count = rng.below(4);
+                let items: Vec<Vec<u8>> = (0..count)
+                    .map(|_| {
+                        let key_len = 1 + rng.below(12);
+                        let key = rng.vec(key_len);
+                        let value_len = rng.below(40);
+                        let value = rng.vec(value_len);
+                        let keyspace = rng.below(9) as u64;
+                        item(keyspace, &key, &value)
+                    })
+                    .collect();
+                items_in.push(items.len());
+                j.extend(batch(b as u64, &items));
+            }
+            let mutation = case % 4;
+            match mutation {
+                0 => {}
+                1 => {
+                    for _ in 0..1 + rng.below(3) {
+                        let at = rng.below(j.len());
+                        j[at] = rng.next();
+                    }
+                }
+                2 => {
+                    let keep = rng.below(j.len());
+                    j.truncate(keep);
+                }
+                _ => {
+                    let at = rng.below(j.len());
+                    let len = 1 + rng.below(30);
+                    let garbage = rng.vec(len);
+                    j.splice(at..at, garbage);
+                }
+            }
+            let s = scan_bytes(&j, true);
+            if mutation == 0 {
+                assert!(s.damage.is_none(), "case {case}: a whole journal is whole");
+                let read: Vec<usize> = s.batches.iter().map(|b| b.items.len()).collect();
+                assert_eq!(read, items_in, "case {case}: every item is read");
+                whole += 1;
+            }
+            match &s.damage {
+                Some(d) if d.reason == CHECKSUM => checksum += 1,
+                Some(d) if !d.later.is_empty() => later += 1,
+                None if mutation == 2 && s.batches.len() < batches => torn += 1,
+                _ => {}
+            }
+            if let Some(d) = &s.damage {
+                assert!(
+                    d.at as usize <= j.len(),
+                    "case {case}: damage inside the file"
+                );
+            }
+        }
+        assert!(
+            whole > 0 && checksum > 0 && later > 0 && torn > 0,
+            "paths reached: whole {whole}, checksum {checksum}, later {later}, torn {torn}"
+        );
     }
 }

@@ -7,9 +7,6 @@
 //!
 //! **Invariant:** only this module knows key encodings and fjall.
 
-// Data from disk and the network flows through here: no indexing or expect that could panic.
-#![cfg_attr(not(test), warn(clippy::indexing_slicing, clippy::expect_used))]
-
 pub(crate) mod codec;
 mod embedded;
 pub(crate) mod engine;

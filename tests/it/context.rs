@@ -6,8 +6,8 @@ use lessons::{
     Candidate, ContextConfig, InMemoryStore, MemoryStore, RunScopes, ScopeKey, WriteOptions,
 };
 
-use crate::store::{FakeClock, T0};
 use crate::util::jsonl;
+use crate::util::{FakeClock, T0};
 
 #[test]
 fn agrees_with_the_reference_block_on_every_fixture_line() {

@@ -5,20 +5,9 @@
 use std::path::Path;
 
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
-use lessons::{Candidate, ErrorKind, Kind, Record, ScopeKey};
+use lessons::{Candidate, ErrorKind, Record, ScopeKey};
 
-fn scope(s: &str) -> ScopeKey {
-    ScopeKey::parse(s).expect("valid scope")
-}
-
-fn fact(text: &str) -> Candidate {
-    Candidate {
-        kind: Some(Kind::Fact),
-        text: text.to_owned(),
-        source_thread_key: "slack:C1:1".to_owned(),
-        ..Candidate::default()
-    }
-}
+use crate::util::{exported, fact, scope};
 
 /// Writes `n` facts to `s`, one write each (one journal batch each).
 fn write_facts(store: &EmbeddedStore, s: &ScopeKey, from: usize, n: usize) {
@@ -32,14 +21,7 @@ fn write_facts(store: &EmbeddedStore, s: &ScopeKey, from: usize, n: usize) {
 }
 
 fn all_records(store: &EmbeddedStore) -> Vec<Record> {
-    let mut out = Vec::new();
-    store
-        .export(&mut |r| {
-            out.push(r);
-            Ok(())
-        })
-        .expect("export");
-    out
+    exported(store)
 }
 
 fn journal_of(dir: &Path) -> std::path::PathBuf {

@@ -203,7 +203,7 @@ proptest! {
         limit in 1usize..14,
     ) {
         use lessons::{Candidate, EmbeddedStore, InMemoryStore, MemoryStore, WriteOptions};
-        let clock = crate::store::FakeClock::new(crate::store::T0);
+        let clock = crate::util::FakeClock::new(crate::util::T0);
         let dir = tempfile::tempdir().expect("dir");
         let embedded = EmbeddedStore::builder()
             .clock(clock.clock())
@@ -212,7 +212,7 @@ proptest! {
             .open(dir.path())
             .expect("open");
         let memory = InMemoryStore::with_clock(clock.clock());
-        let scope = crate::store::scope("repo:acme/app");
+        let scope = crate::util::scope("repo:acme/app");
         let stores: [&dyn MemoryStore; 2] = [&embedded, &memory];
         for (i, words) in texts.iter().enumerate() {
             // Distinct texts (a number each), so nothing deduplicates; equal lengths tie.

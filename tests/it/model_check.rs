@@ -14,7 +14,7 @@ use lessons::{
 };
 use proptest::prelude::*;
 
-use crate::store::{scope, FakeClock, T0};
+use crate::util::{exported, scope, FakeClock, T0};
 
 const SCOPES: [&str; 3] = ["repo:acme/app", "org:acme", "user:slack:U7"];
 const WORDS: [&str; 10] = [
@@ -141,14 +141,7 @@ fn by_id(mut records: Vec<Record>) -> Vec<Record> {
 }
 
 fn export(store: &dyn MemoryStore) -> Vec<Record> {
-    let mut all = Vec::new();
-    store
-        .export(&mut |r| {
-            all.push(r);
-            Ok(())
-        })
-        .expect("export");
-    by_id(all)
+    by_id(exported(store))
 }
 
 /// A store with the default memory bounds: a scope's records are held for retrieve.

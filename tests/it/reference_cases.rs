@@ -12,7 +12,7 @@ use lessons::{ContextConfig, Durability, EmbeddedStore, MemoryStore};
 use serde_json::{json, Value};
 
 use crate::server::{call, raw, TOKEN};
-use crate::store::{FakeClock, T0};
+use crate::util::{FakeClock, T0};
 
 const DAY: i64 = 24 * 60 * 60 * 1000;
 

@@ -8,7 +8,7 @@ use lessons::{
     WriteOptions,
 };
 
-use crate::store::{FakeClock, T0};
+use crate::util::{FakeClock, T0};
 
 #[path = "../../examples/trace.rs"]
 #[allow(dead_code)]

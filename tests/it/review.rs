@@ -11,9 +11,7 @@ use crate::util::{run, stdout};
 #[allow(dead_code)]
 mod week;
 
-fn scope(s: &str) -> ScopeKey {
-    ScopeKey::parse(s).expect("scope")
-}
+use crate::util::scope;
 
 #[test]
 fn the_week_fires_exactly_the_signals_it_was_built_to_trip() {

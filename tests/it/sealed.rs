@@ -94,15 +94,8 @@ fn sealed_candidates(scope: &ScopeKey) -> Vec<Candidate> {
 }
 
 fn all(store: &dyn MemoryStore, scope: &ScopeKey) -> Vec<Record> {
-    let mut out = Vec::new();
-    store
-        .export(&mut |r| {
-            if &r.scope_key == scope {
-                out.push(r);
-            }
-            Ok(())
-        })
-        .expect("export");
+    let mut out = crate::util::exported(store);
+    out.retain(|r| &r.scope_key == scope);
     out
 }
 

@@ -15,16 +15,7 @@ use lessons::{Candidate, ContextConfig, ErrorKind, Kind, Record, ScopeKey, Statu
 use serde_json::json;
 
 use crate::server::{call, free_port, post, TOKEN};
-use crate::util::run;
-
-fn fact(text: &str) -> Candidate {
-    Candidate {
-        kind: Some(Kind::Fact),
-        text: text.to_owned(),
-        source_thread_key: "slack:C1:1".to_owned(),
-        ..Candidate::default()
-    }
-}
+use crate::util::{exported, fact, run};
 
 /// A size-limited tmpfs, unmounted when dropped (lazily, so a process still holding a file
 /// cannot keep it).
@@ -149,13 +140,7 @@ fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack
     // Space comes back; the restarted store holds every acknowledged write and takes new ones.
     std::fs::remove_file(filler).expect("free space");
     let reopened = EmbeddedStore::open(&store).expect("the store reopens");
-    let mut texts = Vec::new();
-    reopened
-        .export(&mut |r| {
-            texts.push(r.text);
-            Ok(())
-        })
-        .expect("export");
+    let texts: Vec<String> = exported(&reopened).into_iter().map(|r| r.text).collect();
     for t in &acked {
         assert!(texts.contains(t), "an acknowledged write is gone");
     }
@@ -519,13 +504,7 @@ fn remote_import_splits_by_bytes_and_export_streams_everything_back() {
     let records: Vec<Record> = (0..300).map(|i| big_record("repo:acme/app", i)).collect();
     let report = remote.import(&records).expect("import through the server");
     assert_eq!(report.imported, 300);
-    let mut back = Vec::new();
-    remote
-        .export(&mut |r| {
-            back.push(r);
-            Ok(())
-        })
-        .expect("export through the server");
+    let back = exported(&remote);
     // The wire form round-trips exactly (a record without keywords shows its text's tokens).
     assert_eq!(
         serde_json::to_value(&back).expect("json"),

@@ -1,46 +1,20 @@
 //! The store contract, run against every implementation, plus what only the embedded store has
 //! (reopen, locking, format versions, index repair).
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lessons::store::{Clock, Tally};
+use lessons::store::Tally;
 use lessons::{
     Candidate, Durability, EmbeddedStore, InMemoryStore, Kind, ListQuery, MemoryStore, ScopeKey,
     Status, WriteCounts, WriteOptions,
 };
 
-/// A clock the test moves by hand.
-#[derive(Clone)]
-pub struct FakeClock(pub Arc<AtomicI64>);
-
-impl FakeClock {
-    pub fn new(start: i64) -> FakeClock {
-        FakeClock(Arc::new(AtomicI64::new(start)))
-    }
-    pub fn advance(&self, ms: i64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-    pub fn set(&self, ms: i64) {
-        self.0.store(ms, Ordering::SeqCst);
-    }
-    pub fn clock(&self) -> Clock {
-        let t = Arc::clone(&self.0);
-        Arc::new(move || t.load(Ordering::SeqCst))
-    }
-}
-
-pub fn scope(s: &str) -> ScopeKey {
-    ScopeKey::parse(s).expect("valid scope key")
-}
+use crate::util::{scope, FakeClock, T0};
 
 fn opts() -> WriteOptions {
     WriteOptions::default()
 }
-
-/// 2026-11-30T00:00:00Z.
-pub const T0: i64 = 1_795_996_800_000;
 
 /// A store under test, and whatever must live as long as it (a server).
 type Made = (Box<dyn MemoryStore>, Option<lessons::server::Background>);
@@ -628,13 +602,7 @@ fn export_import_round_trips_every_record() {
             )
             .expect("write");
         store.sweep(&repo, false).expect("sweep");
-        let mut all = Vec::new();
-        store
-            .export(&mut |r| {
-                all.push(r);
-                Ok(())
-            })
-            .expect("export");
+        let all = crate::util::exported(store);
         assert_eq!(all.len(), 2);
         let target = InMemoryStore::new();
         let report = target.import(&all).expect("import");
@@ -1059,15 +1027,8 @@ fn the_window_follows_every_change_to_its_scope() {
 
 /// The newest `n` active facts of `scope`, read through `export` (which never uses the window).
 fn newest_facts(store: &dyn MemoryStore, scope: &lessons::ScopeKey, n: usize) -> Vec<String> {
-    let mut facts = Vec::new();
-    store
-        .export(&mut |r| {
-            if &r.scope_key == scope && r.kind == Kind::Fact && r.status == Status::Active {
-                facts.push(r);
-            }
-            Ok(())
-        })
-        .expect("export");
+    let mut facts = crate::util::exported(store);
+    facts.retain(|r| &r.scope_key == scope && r.kind == Kind::Fact && r.status == Status::Active);
     facts.sort_by_key(|r| std::cmp::Reverse(r.seq()));
     facts.into_iter().take(n).map(|r| r.id).collect()
 }

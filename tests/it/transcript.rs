@@ -17,7 +17,7 @@ use lessons::server::{AppState, Auth, Background};
 use lessons::{ContextConfig, Durability, EmbeddedStore, MemoryStore};
 use serde_json::Value;
 
-use crate::store::FakeClock;
+use crate::util::FakeClock;
 
 const REFERENCE_TOKEN: &str = "reference-token-0123456789";
 
@@ -161,13 +161,7 @@ fn a_keyword_with_a_lone_surrogate_survives_export_and_import_through_the_server
         )
         .expect("client")
     };
-    let mut records = Vec::new();
-    remote(&first)
-        .export(&mut |r| {
-            records.push(r);
-            Ok(())
-        })
-        .expect("export");
+    let records = crate::util::exported(&remote(&first));
     assert_eq!(records.len(), 1);
     remote(&second).import(&records).expect("import");
     let list = br#"{"scopeKey":"org:kw","limit":5}"#;

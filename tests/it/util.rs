@@ -1,7 +1,62 @@
-//! Shared helpers: test data files and the built binary.
+//! Shared helpers: a settable clock, scope keys and candidates, a store's records, test data
+//! files and the built binary.
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use lessons::{Candidate, Clock, Kind, MemoryStore, Record, ScopeKey};
+
+/// 2026-11-30T00:00:00Z.
+pub const T0: i64 = 1_795_996_800_000;
+
+/// A clock the test moves by hand.
+#[derive(Clone)]
+pub struct FakeClock(pub Arc<AtomicI64>);
+
+impl FakeClock {
+    pub fn new(start: i64) -> FakeClock {
+        FakeClock(Arc::new(AtomicI64::new(start)))
+    }
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+    pub fn set(&self, ms: i64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
+    pub fn clock(&self) -> Clock {
+        let t = Arc::clone(&self.0);
+        Arc::new(move || t.load(Ordering::SeqCst))
+    }
+}
+
+/// A scope key the test knows is valid.
+pub fn scope(s: &str) -> ScopeKey {
+    ScopeKey::parse(s).expect("valid scope key")
+}
+
+/// A fact from thread `slack:C1:1`.
+pub fn fact(text: &str) -> Candidate {
+    Candidate {
+        kind: Some(Kind::Fact),
+        text: text.to_owned(),
+        source_thread_key: "slack:C1:1".to_owned(),
+        ..Candidate::default()
+    }
+}
+
+/// Every record of `store`, in export order.
+pub fn exported(store: &dyn MemoryStore) -> Vec<Record> {
+    let mut out = Vec::new();
+    store
+        .export(&mut |r| {
+            out.push(r);
+            Ok(())
+        })
+        .expect("export");
+    out
+}
 
 /// A file under `tests/data`.
 pub fn data(name: &str) -> PathBuf {
