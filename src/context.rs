@@ -48,15 +48,17 @@ impl Default for ContextConfig {
 
 impl ContextConfig {
     /// Checks the bounds: limit 1–100, max_tokens ≥ 1, repo_window 0–50.
-    pub fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::error::Result<()> {
         if !(1..=100).contains(&self.limit) {
-            return Err(crate::Error::invalid("limit must be between 1 and 100"));
+            return Err(crate::error::Error::invalid(
+                "limit must be between 1 and 100",
+            ));
         }
         if self.max_tokens == 0 {
-            return Err(crate::Error::invalid("maxTokens must be at least 1"));
+            return Err(crate::error::Error::invalid("maxTokens must be at least 1"));
         }
         if self.repo_window > crate::limits::MAX_LIMIT {
-            return Err(crate::Error::invalid(format!(
+            return Err(crate::error::Error::invalid(format!(
                 "repoWindow must be between 0 and {}",
                 crate::limits::MAX_LIMIT
             )));
@@ -86,7 +88,7 @@ impl RunScopes {
         repo: Option<&str>,
         channel: Option<&str>,
         user: Option<&str>,
-    ) -> crate::Result<RunScopes> {
+    ) -> crate::error::Result<RunScopes> {
         let key = ScopeKey::of;
         Ok(RunScopes {
             org: key("org", org)?,

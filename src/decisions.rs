@@ -118,13 +118,13 @@ impl Decision {
     }
 
     /// Checks an entry read from an export.
-    pub fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::error::Result<()> {
         let too_long = self.texts.iter().any(|t| t.len() > 64 * 1024)
             || self.ids.len() > 16
             || self.texts.len() > 16
             || self.markers.len() > 16;
         if too_long {
-            return Err(crate::Error::invalid(
+            return Err(crate::error::Error::invalid(
                 "a journal entry holds more or longer fields than the store writes",
             ));
         }
@@ -208,11 +208,12 @@ impl From<&Decision> for DecisionDisk {
 }
 
 impl DecisionDisk {
-    pub(crate) fn into_decision(self) -> crate::Result<Decision> {
+    pub(crate) fn into_decision(self) -> crate::error::Result<Decision> {
         Ok(Decision {
             time: self.time,
-            scope_key: ScopeKey::parse(&self.scope_key)
-                .map_err(|e| crate::Error::format(format!("a journal entry's scope: {e}")))?,
+            scope_key: ScopeKey::parse(&self.scope_key).map_err(|e| {
+                crate::error::Error::format(format!("a journal entry's scope: {e}"))
+            })?,
             event: self.event,
             ids: self.ids,
             texts: self.texts,

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::context::{assemble, pool, ContextConfig, RunScopes};
+use crate::error::Result;
 use crate::limits::{MAX_LIMIT, MAX_QUERY_UNITS};
 use crate::model::{Kind, Record, ScopeKey};
 use crate::reflect::{
@@ -19,7 +20,6 @@ use crate::reflect::{
 };
 use crate::store::{MemoryStore, WriteOptions};
 use crate::text::head_utf16;
-use crate::Result;
 
 /// A run's block and how it was made.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -159,7 +159,7 @@ pub fn reflect(
     let routed = route(&reflection, run, origin, thread, run_id);
     let home = run.repo.clone().unwrap_or_else(|| run.org.clone());
     let mut tally = Some(reflection.tally.clone());
-    let mut writes: BTreeMap<ScopeKey, Vec<crate::Candidate>> = routed.facts;
+    let mut writes: BTreeMap<ScopeKey, Vec<crate::model::Candidate>> = routed.facts;
     if tally.as_ref().is_some_and(|t| t.offered > 0) {
         writes.entry(home.clone()).or_default();
     }

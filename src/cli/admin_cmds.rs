@@ -3,9 +3,9 @@
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
+use crate::model::Record;
 use crate::store::DayStats;
 use crate::time::{day_of, system_clock};
-use crate::Record;
 use clap::Args;
 use serde_json::json;
 
@@ -22,10 +22,13 @@ pub(crate) fn export(cli: &Cli) -> Result<Outcome, Failure> {
     store
         .export(&mut |r| {
             let line = serde_json::to_string(&r)
-                .map_err(|e| crate::Error::format(format!("encoding {}: {e}", r.id)))?;
+                .map_err(|e| crate::error::Error::format(format!("encoding {}: {e}", r.id)))?;
             if let Err(f) = emit(&mut o, &line) {
                 failure = Some(f);
-                return Err(crate::Error::new(crate::ErrorKind::Io, "stdout closed"));
+                return Err(crate::error::Error::new(
+                    crate::error::ErrorKind::Io,
+                    "stdout closed",
+                ));
             }
             Ok(())
         })
@@ -36,7 +39,10 @@ pub(crate) fn export(cli: &Cli) -> Result<Outcome, Failure> {
             let line = json!({ "decision": d }).to_string();
             if let Err(f) = emit(&mut o, &line) {
                 failure = Some(f);
-                return Err(crate::Error::new(crate::ErrorKind::Io, "stdout closed"));
+                return Err(crate::error::Error::new(
+                    crate::error::ErrorKind::Io,
+                    "stdout closed",
+                ));
             }
             Ok(())
         })
@@ -56,7 +62,7 @@ pub(crate) struct ImportArgs {
 /// One line of an export: a record or a journal entry.
 enum ImportLine {
     Record(Box<Record>),
-    Decision(Box<crate::Decision>),
+    Decision(Box<crate::decisions::Decision>),
 }
 
 /// Reads one line of an export (`None` for a blank one), checked as the store will check it.
@@ -67,7 +73,7 @@ fn import_line(n: usize, line: &str) -> Result<Option<ImportLine>, Failure> {
     if line.trim_start().starts_with("{\"decision\"") {
         #[derive(serde::Deserialize)]
         struct Line {
-            decision: crate::Decision,
+            decision: crate::decisions::Decision,
         }
         let l: Line = from_js_line(line)
             .map_err(|e| Failure::Usage(format!("line {n}: not a journal entry: {e}")))?;
@@ -111,9 +117,9 @@ pub(crate) fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     let mut report = crate::store::ImportReport::default();
     let mut journaled = 0u64;
     let mut records: Vec<Record> = Vec::with_capacity(IMPORT_CHUNK);
-    let mut decisions: Vec<crate::Decision> = Vec::new();
+    let mut decisions: Vec<crate::decisions::Decision> = Vec::new();
     let flush = |records: &mut Vec<Record>,
-                 decisions: &mut Vec<crate::Decision>,
+                 decisions: &mut Vec<crate::decisions::Decision>,
                  report: &mut crate::store::ImportReport,
                  journaled: &mut u64|
      -> Result<(), Failure> {

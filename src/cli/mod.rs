@@ -101,7 +101,7 @@ pub(crate) enum Failure {
     /// Reading stdin or writing stdout failed.
     Io(io::Error),
     /// The library failed.
-    Store(crate::Error),
+    Store(crate::error::Error),
 }
 
 impl Failure {
@@ -131,8 +131,8 @@ impl From<io::Error> for Failure {
     }
 }
 
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Self {
+impl From<crate::error::Error> for Failure {
+    fn from(e: crate::error::Error) -> Self {
         Failure::Store(e)
     }
 }
@@ -282,7 +282,7 @@ fn install_logger() {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of a time in milliseconds.
-pub(crate) fn format_ms(ms: crate::Millis) -> String {
+pub(crate) fn format_ms(ms: crate::time::Millis) -> String {
     let secs = ms.div_euclid(1000).rem_euclid(86_400);
     format!(
         "{} {:02}:{:02}:{:02}",

@@ -114,9 +114,10 @@ pub(crate) fn review(cli: &Cli, args: &ReviewArgs) -> Result<Outcome, Failure> {
     let days = (today - parse_since(&args.since, today)? + 1) as u32;
     let scope = match args.scope.as_str() {
         "all" => None,
-        key => {
-            Some(crate::ScopeKey::parse(key).map_err(|e| Failure::Usage(format!("--scope: {e}")))?)
-        }
+        key => Some(
+            crate::model::ScopeKey::parse(key)
+                .map_err(|e| Failure::Usage(format!("--scope: {e}")))?,
+        ),
     };
     let thresholds = Config::load(cli.config.as_deref())?.review();
     let handle = open_handle(cli, false)?;

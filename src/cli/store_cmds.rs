@@ -168,7 +168,7 @@ pub(crate) fn store_dir(cli: &Cli) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("lessons-store"))
 }
 
-pub(crate) fn fail(e: crate::Error) -> Failure {
+pub(crate) fn fail(e: crate::error::Error) -> Failure {
     Failure::Store(e)
 }
 

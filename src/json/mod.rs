@@ -101,7 +101,7 @@ fn js_number_of(n: &serde_json::Number) -> String {
     if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= SAFE) {
         return i.to_string();
     }
-    crate::text::js_number(n.as_f64().unwrap_or(f64::NAN))
+    js_number(n.as_f64().unwrap_or(f64::NAN))
 }
 
 /// JSON text made by serde from carried strings, as JavaScript writes it: each carried lone
@@ -398,6 +398,74 @@ fn js_normalize(b: &[u8]) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// A finite number as JavaScript's `JSON.stringify` prints it: the shortest digits that read
+/// back to the same double, integers without a fraction, decimals from 1e-6 to 1e21, exponent
+/// form (`1e-7`, `1e+21`) outside. Not finite: `null`, as JavaScript prints it.
+pub(crate) fn js_number(x: f64) -> String {
+    if !x.is_finite() {
+        return "null".into();
+    }
+    if x == 0.0 {
+        return "0".into();
+    }
+    // Rust's `{:e}` prints the shortest round-trip digits: `-1.2345e-7`.
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let k = digits.len() as i32;
+    let n = exp + 1;
+    let body = if k <= n && n <= 21 {
+        format!("{digits}{}", "0".repeat((n - k) as usize))
+    } else if 0 < n && n <= 21 {
+        let (int, frac) = digits.split_at(n as usize);
+        format!("{int}.{frac}")
+    } else if -6 < n && n <= 0 {
+        format!("0.{}{digits}", "0".repeat((-n) as usize))
+    } else {
+        let (first, rest) = digits.split_at(1);
+        let sign = if n - 1 < 0 { '-' } else { '+' };
+        let dot = if rest.is_empty() { "" } else { "." };
+        format!("{first}{dot}{rest}e{sign}{}", (n - 1).abs())
+    };
+    if x < 0.0 {
+        format!("-{body}")
+    } else {
+        body
+    }
+}
+
+#[cfg(test)]
+mod js_number_tests {
+    use super::js_number;
+
+    #[test]
+    fn numbers_print_as_javascript_prints_them() {
+        // Each pair checked against node's JSON.stringify.
+        let cases = [
+            (1.0, "1"),
+            (0.5, "0.5"),
+            (0.1, "0.1"),
+            (1e-6, "0.000001"),
+            (1.5e-6, "0.0000015"),
+            (1e-7, "1e-7"),
+            (0.000012345, "0.000012345"),
+            (0.3333333333333333, "0.3333333333333333"),
+            (1e-5, "0.00001"),
+            (123456789012345680000.0, "123456789012345680000"),
+            (1e21, "1e+21"),
+            (1.5e300, "1.5e+300"),
+            (5e-324, "5e-324"),
+            (-0.25, "-0.25"),
+            (-0.0, "0"),
+            (42.0, "42"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(js_number(x), want, "{x}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,7 +505,7 @@ mod tests {
             .expect("decodes");
         let k = v["k"][0].as_str().expect("string");
         assert!(lone::has_lone(k));
-        assert_eq!(crate::text::utf16_len(k), 3);
+        assert_eq!(lone::utf16_len(k), 3);
         assert_eq!(lone::utf16_units(k), vec![0x78, 0xDC00, 0x79]);
         assert_eq!(stringify(&v["k"]), r#"["x\udc00y","plain"]"#);
         assert_eq!(
@@ -448,7 +516,7 @@ mod tests {
         let m = v["m"].as_str().expect("string");
         assert!(!lone::has_lone(m));
         assert_eq!(stringify(&v["m"]), "\"\u{FDD0} lit \u{FDD0}\"");
-        assert_eq!(crate::text::utf16_len(m), 7);
+        assert_eq!(lone::utf16_len(m), 7);
         let raw =
             decode("{\"m\":\"\u{FDD0}\u{FDE1}\u{FDE2}\u{FDE3}\"}".as_bytes()).expect("decodes");
         assert!(!lone::has_lone(raw["m"].as_str().expect("string")));

@@ -84,9 +84,13 @@ impl Candidate {
     /// Checks every bound and returns the candidate in the form the planner takes: keywords as
     /// sent (or the text's tokens when none were sent), empty pointers removed. `index` names the candidate in
     /// the reason.
-    pub(crate) fn validate(&self, scope: &ScopeKey, index: usize) -> crate::Result<ValidCandidate> {
+    pub(crate) fn validate(
+        &self,
+        scope: &ScopeKey,
+        index: usize,
+    ) -> crate::error::Result<ValidCandidate> {
         self.validate_reason(scope, index)
-            .map_err(crate::Error::invalid)
+            .map_err(crate::error::Error::invalid)
     }
 
     /// [`Candidate::validate`] with the reason as text.

@@ -205,7 +205,7 @@ impl Record {
     fn serialize_wire<S: serde::Serializer>(&self, s: S, late: bool) -> Result<S::Ok, S::Error> {
         let confidence = match self.confidence {
             Some(c) => Some(
-                serde_json::value::RawValue::from_string(crate::text::js_number(c))
+                serde_json::value::RawValue::from_string(crate::json::js_number(c))
                     .map_err(serde::ser::Error::custom)?,
             ),
             None => None,
@@ -316,8 +316,8 @@ impl Record {
     }
 
     /// Checks a record read from an export: id, scope, bounds.
-    pub fn validate(&self) -> crate::Result<()> {
-        self.validate_reason().map_err(crate::Error::invalid)
+    pub fn validate(&self) -> crate::error::Result<()> {
+        self.validate_reason().map_err(crate::error::Error::invalid)
     }
 
     fn validate_reason(&self) -> Result<(), String> {

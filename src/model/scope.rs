@@ -43,10 +43,10 @@ impl Serialize for ScopeKey {
 }
 
 impl ScopeKey {
-    /// Validates `key`; an invalid key is an [`ErrorKind::Invalid`](crate::ErrorKind) error
+    /// Validates `key`; an invalid key is an [`ErrorKind::Invalid`](crate::error::ErrorKind) error
     /// whose message names the rule.
-    pub fn parse(key: &str) -> crate::Result<ScopeKey> {
-        ScopeKey::parse_reason(key).map_err(crate::Error::invalid)
+    pub fn parse(key: &str) -> crate::error::Result<ScopeKey> {
+        ScopeKey::parse_reason(key).map_err(crate::error::Error::invalid)
     }
 
     /// [`ScopeKey::parse`] with the reason as text, for validators that compose reasons.
@@ -72,15 +72,15 @@ impl ScopeKey {
     /// The key of a scope `kind` (`org`, `repo`, `channel`, `user`) from an id without its
     /// prefix (`acme/app`; an id that repeats the prefix, `repo:acme/app`, means the same).
     /// A repository id must be `OWNER/NAME`.
-    pub fn of(kind: &str, id: &str) -> crate::Result<ScopeKey> {
+    pub fn of(kind: &str, id: &str) -> crate::error::Result<ScopeKey> {
         let id = id.strip_prefix(&format!("{kind}:")).unwrap_or(id);
         if kind == "repo" && !id.contains('/') {
-            return Err(crate::Error::invalid(format!(
+            return Err(crate::error::Error::invalid(format!(
                 "repo must be OWNER/NAME, not {id:?}"
             )));
         }
         ScopeKey::parse_reason(&format!("{kind}:{id}"))
-            .map_err(|e| crate::Error::invalid(format!("{kind}: {e}")))
+            .map_err(|e| crate::error::Error::invalid(format!("{kind}: {e}")))
     }
 
     /// A key read back from the store, which validated it on the way in.

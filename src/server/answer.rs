@@ -102,7 +102,7 @@ impl IntoResponse for Refusal {
 }
 
 /// `answer` as JSON text as JavaScript writes it (lone surrogates as `\udXXX`).
-pub(super) fn json_text(answer: &impl serde::Serialize) -> crate::Result<String> {
+pub(super) fn json_text(answer: &impl serde::Serialize) -> crate::error::Result<String> {
     serde_json::to_string(answer)
         .map(crate::json::restore_lone)
         .map_err(|e| Error::format(format!("encoding the answer: {e}")))

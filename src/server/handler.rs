@@ -291,19 +291,20 @@ struct JsonArrays<'a> {
 }
 
 impl JsonArrays<'_> {
-    fn push(&mut self, value: &impl serde::Serialize) -> crate::Result<()> {
+    fn push(&mut self, value: &impl serde::Serialize) -> crate::error::Result<()> {
         if !self.first {
             self.chunk.push(b',');
         }
         self.first = false;
-        let json = serde_json::to_string(value).map_err(|e| crate::Error::format(e.to_string()))?;
+        let json =
+            serde_json::to_string(value).map_err(|e| crate::error::Error::format(e.to_string()))?;
         self.chunk
             .extend_from_slice(crate::json::restore_lone(json).as_bytes());
         if self.chunk.len() >= CHUNK {
             let full = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK));
             self.tx
                 .blocking_send(Ok(Bytes::from(full)))
-                .map_err(|_| crate::Error::invalid("the reader went away"))?;
+                .map_err(|_| crate::error::Error::invalid("the reader went away"))?;
         }
         Ok(())
     }

@@ -113,7 +113,7 @@ pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
 }
 
 /// One `[memory] day …` line per scope for `day`: counts only.
-pub fn rollup_lines(store: &dyn MemoryStore, day: i64) -> crate::Result<Vec<String>> {
+pub fn rollup_lines(store: &dyn MemoryStore, day: i64) -> crate::error::Result<Vec<String>> {
     Ok(store
         .stats(day)?
         .into_iter()

@@ -12,10 +12,10 @@ use crate::contract::{
     RecordsAnswer, ScopesAnswer, StatsAnswer, SweepAnswer, WindowAnswer, WriteAnswer,
 };
 use crate::memory::{build_context, reflect, shown_set};
+use crate::model::Record;
 use crate::reflect::reflection_prompt;
 use crate::store::WriteOptions;
 use crate::time::system_clock;
-use crate::Record;
 
 /// `{records}` over shared records: [`RecordsAnswer`]'s bytes without copying them.
 #[derive(serde::Serialize)]
@@ -42,7 +42,7 @@ pub(super) fn execute(
 /// The answer of every route but `/export` (`None`: a body this does not answer). Each
 /// answers with its typed contract body, serialized straight to text so every number keeps
 /// the form JavaScript prints.
-fn answer(state: &AppState, body: Body) -> crate::Result<Option<(String, String)>> {
+fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, String)>> {
     let store = state.store.as_ref();
     Ok(Some(match body {
         Body::Retrieve {

@@ -271,7 +271,7 @@ pub struct DayStats {
 
 /// The memory store contract, shared by the embedded, in-memory and remote stores.
 ///
-/// Every method validates its input and answers [`ErrorKind::Invalid`](crate::ErrorKind) with a
+/// Every method validates its input and answers [`ErrorKind::Invalid`](crate::error::ErrorKind) with a
 /// reason; none panics on any input.
 pub trait MemoryStore: Send + Sync {
     /// Writes `candidates` to `scope` (restate, dedup, insert, supersede, then evict to the cap)

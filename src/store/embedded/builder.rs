@@ -16,7 +16,7 @@ pub enum Durability {
     Buffered,
 }
 
-/// Configures and opens an [`EmbeddedStore`](crate::EmbeddedStore). The directory goes to the last call.
+/// Configures and opens an [`EmbeddedStore`](crate::store::EmbeddedStore). The directory goes to the last call.
 #[derive(Clone)]
 pub struct EmbeddedStoreBuilder {
     pub(super) cap: usize,
