@@ -104,3 +104,8 @@ pub use store::{
     WriteOptions,
 };
 pub use time::{system_clock, Clock, Millis};
+
+/// The README's code blocks, compiled by `cargo test` so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
