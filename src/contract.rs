@@ -122,18 +122,27 @@ routes! {
     }
 }
 
-/// A route of either kind.
+/// The Model Context Protocol's endpoint (streamable HTTP: JSON-RPC by POST), for any token;
+/// the tools a read-only token sees are the read tools.
+const MCP_PATH: &str = "/mcp";
+
+/// A route of any kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
     /// Takes a JSON body.
     Post(PostRoute),
     /// Takes none.
     Get(GetRoute),
+    /// The MCP endpoint, which speaks its own protocol.
+    Mcp,
 }
 
 impl Route {
     /// The route at `path`, if the server has one.
     pub fn at(path: &str) -> Option<Route> {
+        if path == MCP_PATH {
+            return Some(Route::Mcp);
+        }
         PostRoute::ALL
             .iter()
             .find(|r| r.path() == path)
@@ -151,6 +160,7 @@ impl Route {
         match self {
             Route::Post(r) => r.path(),
             Route::Get(r) => r.path(),
+            Route::Mcp => MCP_PATH,
         }
     }
 
@@ -159,6 +169,7 @@ impl Route {
         match self {
             Route::Post(r) => r.access(),
             Route::Get(r) => r.access(),
+            Route::Mcp => Access::Read,
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod admin_cmds;
 mod gate;
+mod mcp;
 mod review_cmds;
 mod run_cmds;
 mod serve;
@@ -81,6 +82,9 @@ pub(crate) enum Command {
     Reflect(run_cmds::ReflectArgs),
     /// Serve the memory Worker's HTTP contract over this store (token from $MEMORY_TOKEN).
     Serve(serve::ServeArgs),
+    /// Serve the Model Context Protocol on stdin and stdout, for any coding agent: the run's
+    /// context, search, the window, the gate, the reflection prompt and its write.
+    Mcp(mcp::McpArgs),
 }
 
 /// What a command that ran reports: success, or a finding that maps to exit code 1.
@@ -172,6 +176,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Prompt(args) => run_cmds::prompt(&cli, args),
         Command::Reflect(args) => run_cmds::reflect_cmd(&cli, args),
         Command::Serve(args) => serve::run(&cli, args),
+        Command::Mcp(args) => mcp::run(&cli, args),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -86,6 +86,11 @@ impl Refusal {
         )
     }
 
+    /// What the client reads.
+    pub(super) fn reason(&self) -> &str {
+        &self.reason
+    }
+
     pub(super) fn log(&self) -> Option<&str> {
         self.log.as_deref()
     }

@@ -24,11 +24,11 @@ use super::{AppState, BODY_TIMEOUT, MAX_EXPORTS};
 use crate::contract::{Access, GetRoute, PostRoute, Route};
 use crate::limits::MAX_BODY_BYTES;
 
-pub(super) async fn handle(state: Arc<AppState>, req: Request) -> Response {
+pub(super) async fn handle(state: Arc<AppState>, mcp: Mcp, req: Request) -> Response {
     let started = Instant::now();
     let route = Route::at(req.uri().path());
     let method = req.method().clone();
-    let (response, log) = match dispatch(&state, route, req).await {
+    let (response, log) = match dispatch(&state, &mcp, route, req).await {
         Ok(a) => (a.response, a.log),
         Err(refusal) => {
             let log = refusal.log().map(str::to_owned);
@@ -49,18 +49,39 @@ pub(super) async fn handle(state: Arc<AppState>, req: Request) -> Response {
     response
 }
 
+/// The service answering `/mcp`, built once per router (feature `mcp`).
+#[cfg(feature = "mcp")]
+pub(super) type Mcp = Arc<
+    rmcp::transport::StreamableHttpService<
+        super::mcp::Lessons,
+        rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
+    >,
+>;
+/// Without the feature, `/mcp` is not served.
+#[cfg(not(feature = "mcp"))]
+pub(super) type Mcp = ();
+
 /// Decides the answer, in the contract's order.
 async fn dispatch(
     state: &Arc<AppState>,
+    mcp: &Mcp,
     route: Option<Route>,
-    req: Request,
+    mut req: Request,
 ) -> Result<Answer, Refusal> {
     let not_found = || Refusal::new(StatusCode::NOT_FOUND, "not found");
     // 404 before anything else, even without a token.
     let route = route.ok_or_else(not_found)?;
+    if route == Route::Mcp {
+        // Its own protocol answers methods and bodies; the token is checked here, and left in
+        // the request for the tools a read-only token may see.
+        let token = authorize(&state.auth, req.headers())
+            .ok_or_else(|| Refusal::new(StatusCode::UNAUTHORIZED, "unauthorized"))?;
+        req.extensions_mut().insert(token);
+        return mcp_answer(mcp, req).await;
+    }
     let expected = match route {
         Route::Get(_) => Method::GET,
-        Route::Post(_) => Method::POST,
+        Route::Post(_) | Route::Mcp => Method::POST,
     };
     if req.method() != expected {
         // GET /healthz is answered before routing, as the reference Worker does: any other
@@ -87,6 +108,7 @@ async fn dispatch(
         }
         Route::Get(page) => return Ok(Answer::other(page_response(page), None)),
         Route::Post(route) => route,
+        Route::Mcp => return Err(Refusal::bug("/mcp reached the contract's routes")),
     };
     let value = read_body(req).await?;
     let body = super::wire::parse(route, &value).map_err(Refusal::bad_request)?;
@@ -94,6 +116,26 @@ async fn dispatch(
         Body::Export => export(state),
         body => run(state, route, body).await,
     }
+}
+
+/// `/mcp`, answered by the protocol's own service.
+#[cfg(feature = "mcp")]
+async fn mcp_answer(mcp: &Mcp, req: Request) -> Result<Answer, Refusal> {
+    use tower_service::Service;
+    let mut service = (**mcp).clone();
+    match service.call(req).await {
+        Ok(response) => Ok(Answer::other(
+            response.map(axum::body::Body::new),
+            Some("mcp".to_owned()),
+        )),
+        Err(never) => match never {},
+    }
+}
+
+/// Without the feature, `/mcp` is not served.
+#[cfg(not(feature = "mcp"))]
+async fn mcp_answer(_: &Mcp, _: Request) -> Result<Answer, Refusal> {
+    Err(Refusal::new(StatusCode::NOT_FOUND, "not found"))
 }
 
 /// The page's files, embedded in the binary: (content type, body). They hold no data (the

@@ -14,6 +14,8 @@ mod answer;
 mod auth;
 mod conn;
 mod handler;
+#[cfg(feature = "mcp")]
+pub(crate) mod mcp;
 pub(crate) mod metrics;
 mod routes;
 pub(crate) mod wire;
@@ -126,9 +128,14 @@ impl AppState {
 
 /// The router: one handler decides every answer (see the module docs).
 pub fn router(state: Arc<AppState>) -> Router {
+    #[cfg(feature = "mcp")]
+    let mcp: handler::Mcp = Arc::new(mcp::http_service(&state));
+    #[cfg(not(feature = "mcp"))]
+    let mcp: handler::Mcp = ();
     Router::new().fallback(move |req: Request| {
         let state = Arc::clone(&state);
-        async move { handle(state, req).await }
+        let mcp = mcp.clone();
+        async move { handle(state, mcp, req).await }
     })
 }
 
