@@ -87,13 +87,23 @@ fn over_stdio(dir: &Path, tool: &str, args: &[Value]) -> Vec<Duration> {
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
+    // Times the write of a request and the read of its answer line; the answer is checked
+    // after the clock stops, as the HTTP side's is.
     let mut ask = |id: usize, method: &str, params: Value| {
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let request =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let started = Instant::now();
         writeln!(stdin, "{request}").expect("write");
         stdin.flush().expect("flush");
         line.clear();
         stdout.read_line(&mut line).expect("read");
-        assert!(!line.contains("\"error\""), "{method}: {line}");
+        let took = started.elapsed();
+        let answer: Value = serde_json::from_str(&line).expect("a JSON-RPC line");
+        assert!(
+            answer.get("error").is_none() && answer["result"]["isError"] != json!(true),
+            "{method}: {line}"
+        );
+        took
     };
     ask(
         0,
@@ -103,10 +113,9 @@ fn over_stdio(dir: &Path, tool: &str, args: &[Value]) -> Vec<Duration> {
     let mut samples = Vec::with_capacity(TIMED);
     for i in 0..WARM + TIMED {
         let params = json!({"name": tool, "arguments": args[i % args.len()]});
-        let started = Instant::now();
-        ask(i + 1, "tools/call", params);
+        let took = ask(i + 1, "tools/call", params);
         if i >= WARM {
-            samples.push(started.elapsed());
+            samples.push(took);
         }
     }
     drop(stdin);

@@ -32,7 +32,11 @@ pub(crate) fn run(cli: &Cli, _args: &McpArgs) -> Result<Outcome, Failure> {
         ..Auth::default()
     };
     let state = AppState::with_review(store, auth, context, review);
-    let runtime = crate::server::runtime()
+    // One client, one thread: reading, the store call and writing run in turn, with no thread
+    // to hand a request to and back (store calls run inline, see `server::mcp`).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
         .map_err(|e| Failure::Usage(format!("starting the runtime: {e}")))?;
     let served = runtime.block_on(crate::server::mcp::serve_stdio(state));
     // A read of stdin cannot be cancelled: once the session is over, the runtime is not waited

@@ -49,6 +49,16 @@ const SEARCH_LIMIT: u64 = 8;
 #[derive(Clone)]
 pub(crate) struct Lessons {
     state: Arc<AppState>,
+    /// Where a store call runs: on a blocking thread (the HTTP server's runtime, shared with
+    /// every connection), or right here (stdio's own single thread, which serves one client:
+    /// no thread to hand the call to and back).
+    calls: Calls,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Calls {
+    Blocking,
+    Inline,
 }
 
 /// One tool: its name, what answers it, its description and its arguments.
@@ -190,8 +200,8 @@ fn reflection_arguments() -> Vec<PromptArgument> {
 const PROMPT: &str = "lessons_reflection";
 
 impl Lessons {
-    pub(crate) fn new(state: Arc<AppState>) -> Lessons {
-        Lessons { state }
+    fn new(state: Arc<AppState>, calls: Calls) -> Lessons {
+        Lessons { state, calls }
     }
 
     /// The token the caller presented: over HTTP the handler puts it in the request's
@@ -203,16 +213,20 @@ impl Lessons {
             .unwrap_or(Token::ReadWrite)
     }
 
-    /// Runs `route` with `body` on a blocking thread, as the HTTP route does: its JSON text, or
-    /// the reason it refused.
+    /// Runs `route` with `body` as the HTTP route does: its JSON text, or the reason it refused.
     async fn run(&self, route: PostRoute, body: Body) -> Result<Result<String, String>, ErrorData> {
         let state = Arc::clone(&self.state);
         let path = route.path();
-        let done =
-            tokio::task::spawn_blocking(move || super::routes::execute(&state, path, body)).await;
+        let done = match self.calls {
+            Calls::Blocking => {
+                tokio::task::spawn_blocking(move || super::routes::execute(&state, path, body))
+                    .await
+            }
+            Calls::Inline => Ok(super::routes::execute(&state, path, body)),
+        };
         match done {
             Ok(Ok((text, log))) => {
-                log::info!("[mcp] {path} {log}");
+                log::debug!("[mcp] {path} {log}");
                 Ok(Ok(text))
             }
             Ok(Err(refusal)) => Ok(Err(refusal.reason().to_owned())),
@@ -231,11 +245,35 @@ fn answered(route: PostRoute, text: &str) -> CallToolResult {
             .and_then(Value::as_str)
             .map_or_else(|| "(no memory for this run)".to_owned(), str::to_owned),
         PostRoute::Reflect => outcome_line(&value),
+        PostRoute::Retrieve | PostRoute::List => records_text(&value),
         _ => text.to_owned(),
     };
     let mut result = CallToolResult::success(vec![ContentBlock::text(read)]);
     result.structured_content = Some(value);
     result
+}
+
+/// A records answer as a model reads it: one line per record, its text, id and source.
+fn records_text(v: &Value) -> String {
+    let records = v.get("records").and_then(Value::as_array);
+    let lines: Vec<String> = records
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+            format!(
+                "- {} ({}, source: {})",
+                field("text"),
+                field("id"),
+                field("sourceThreadKey")
+            )
+        })
+        .collect();
+    if lines.is_empty() {
+        "(no records)".to_owned()
+    } else {
+        lines.join("\n")
+    }
 }
 
 /// The `[memory]` line of a reflection's JSON outcome (`ReflectionOutcome::line`, read back).
@@ -460,15 +498,18 @@ impl ServerHandler for Lessons {
 }
 
 /// Serves MCP over this process's stdin and stdout until the client closes either; `Ok` then,
-/// whatever the client did.
+/// whatever the client did. Runs on a current-thread runtime: store calls run inline.
 pub(crate) async fn serve_stdio(state: Arc<AppState>) -> std::io::Result<()> {
     let closed = Arc::new(tokio::sync::Notify::new());
+    // Pipes (how MCP clients start a server) are read and written on the IO reactor, not the
+    // blocking pool: no thread hand-off per message, and a read that can be cancelled.
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let stdout = Watched {
-        inner: tokio::io::stdout(),
+        inner: stdout,
         closed: Arc::clone(&closed),
     };
-    let running = match Lessons::new(state)
-        .serve((tokio::io::stdin(), stdout))
+    let running = match Lessons::new(state, Calls::Inline)
+        .serve((stdin, stdout))
         .await
     {
         Ok(running) => running,
@@ -552,7 +593,7 @@ pub(crate) fn http_service(
         // cannot present: the Host check against DNS rebinding is for unauthenticated servers.
         config = config.disable_allowed_hosts();
     }
-    let lessons = Lessons::new(Arc::clone(state));
+    let lessons = Lessons::new(Arc::clone(state), Calls::Blocking);
     StreamableHttpService::new(
         move || Ok(lessons.clone()),
         Arc::new(NeverSessionManager::default()),
