@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::decisions::{DecisionEvent, DecisionQuery};
+use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
 use crate::limits::MAX_JOURNAL_LIMIT;
 use crate::model::{Kind, ScopeKey};
@@ -220,26 +220,40 @@ fn scope_review(
             fired: counters.restated > counters.inserted,
         });
     }
-    let journal = |event: DecisionEvent| {
-        store.decisions(
-            scope,
-            &DecisionQuery {
-                since: since_ms,
-                events: vec![event],
-                limit: MAX_JOURNAL_LIMIT,
-            },
-        )
+    // The evidence, read newest first by event and no further than it shows: the cost follows
+    // the evidence, not the journal's length.
+    let journal = |event: DecisionEvent, first: usize, enough: &dyn Fn(&[Decision]) -> bool| {
+        read_until(store, scope, since_ms, event, first, enough)
     };
-    let mut rejected_by_marker: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for d in journal(DecisionEvent::Rejected)? {
-        for m in &d.markers {
-            let list = rejected_by_marker.entry(m.clone()).or_default();
-            if list.len() < SAMPLES {
-                list.extend(d.texts.first().cloned());
+    // The rejected texts, 20 per marker. The day counters say which markers the window holds
+    // and how often, so the read stops once each has its samples; without counters (a journal
+    // imported alone) it reads as far as a journal read may.
+    let expected = counters.rejected_by.clone();
+    let per_marker = |entries: &[Decision]| -> BTreeMap<String, Vec<String>> {
+        let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for d in entries {
+            for m in &d.markers {
+                let list = by.entry(m.clone()).or_default();
+                if list.len() < SAMPLES {
+                    list.extend(d.texts.first().cloned());
+                }
             }
         }
-    }
-    let restatements = journal(DecisionEvent::Restated)?
+        by
+    };
+    let rejected = journal(
+        DecisionEvent::Rejected,
+        SAMPLES * expected.len().max(1),
+        &|entries| {
+            let by = per_marker(entries);
+            !expected.is_empty()
+                && expected
+                    .iter()
+                    .all(|(m, n)| by.get(m).map_or(0, Vec::len) >= SAMPLES.min(*n as usize))
+        },
+    )?;
+    let rejected_by_marker = per_marker(&rejected);
+    let restatements = journal(DecisionEvent::Restated, SAMPLES, &|e| e.len() >= SAMPLES)?
         .into_iter()
         .take(SAMPLES)
         .map(|d| Restatement {
@@ -249,16 +263,19 @@ fn scope_review(
             target_text: d.texts.get(1).cloned().unwrap_or_default(),
         })
         .collect();
-    let evicted_unused = journal(DecisionEvent::Evicted)?
-        .into_iter()
-        .filter(|d| d.use_count == Some(0))
-        .take(SAMPLES * 5)
-        .map(|d| Item {
-            id: d.ids.first().cloned().unwrap_or_default(),
-            text: d.texts.first().cloned().unwrap_or_default(),
-            age_ms: d.age_ms,
-        })
-        .collect();
+    let unused = |d: &Decision| d.use_count == Some(0);
+    let evicted_unused = journal(DecisionEvent::Evicted, SAMPLES * 10, &|e| {
+        e.iter().filter(|d| unused(d)).count() >= SAMPLES * 5
+    })?
+    .into_iter()
+    .filter(unused)
+    .take(SAMPLES * 5)
+    .map(|d| Item {
+        id: d.ids.first().cloned().unwrap_or_default(),
+        text: d.texts.first().cloned().unwrap_or_default(),
+        age_ms: d.age_ms,
+    })
+    .collect();
     let receipt = store.sweep(scope, true)?;
     let mut sweepable = Vec::new();
     for id in receipt.ids {
@@ -284,6 +301,34 @@ fn scope_review(
         sweepable,
         evicted_unused,
     })
+}
+
+/// `scope`'s `event` entries since `since`, newest first: `first` of them, then twice as many
+/// each time `enough` says the evidence is not complete and the journal may hold more, up to
+/// the most a journal read answers.
+fn read_until(
+    store: &dyn MemoryStore,
+    scope: &ScopeKey,
+    since: i64,
+    event: DecisionEvent,
+    first: usize,
+    enough: &dyn Fn(&[Decision]) -> bool,
+) -> Result<Vec<Decision>> {
+    let mut limit = first.clamp(1, MAX_JOURNAL_LIMIT);
+    loop {
+        let entries = store.decisions(
+            scope,
+            &DecisionQuery {
+                since,
+                events: vec![event],
+                limit,
+            },
+        )?;
+        if entries.len() < limit || limit == MAX_JOURNAL_LIMIT || enough(&entries) {
+            return Ok(entries);
+        }
+        limit = (limit * 2).min(MAX_JOURNAL_LIMIT);
+    }
 }
 
 /// The review as a person reads it: one block per scope, the fired signals first.

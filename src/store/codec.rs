@@ -25,16 +25,18 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+use crate::decisions::DecisionEvent;
 use crate::error::{Error, Result};
 use crate::model::{Kind, Record, ScopeKey, Status};
 
 /// The store's layout version, in `meta` `format`. Version 1 kept one dedup key per record
 /// (`scope, 0, hash, seq`, found by a prefix scan); version 2 keeps one per normalized text,
 /// holding every active record with it, found by a point read; version 3 records a retrieve's
-/// use of a record in `usage` instead of rewriting the record. A version 1 or 2 store is
-/// upgraded in place at open (version 2 holds no usage entry, so marking it is the upgrade);
-/// a build that knows only version 2 refuses version 3, whose usage it would not read.
-pub const STORE_FORMAT: u8 = 3;
+/// use of a record in `usage` instead of rewriting the record; version 4 keys each
+/// decision-journal entry by its event after its scope, so the entries of one event are one
+/// prefix. An older store is upgraded in place at open (see `embedded::Upgrade`); a build that
+/// knows an older version refuses a newer one.
+pub const STORE_FORMAT: u8 = 4;
 
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
 pub const LAST_BATCH: &str = "last batch";
@@ -233,14 +235,59 @@ pub fn counters_key(day: i64, scope: &ScopeKey) -> Vec<u8> {
     k
 }
 
-/// A journal entry's key: scope, NUL, then the time and a store-wide counter, both inverted, so
-/// a forward prefix scan reads a scope's newest decisions first.
-pub fn decision_key(scope: &ScopeKey, time: i64, counter: u64) -> Vec<u8> {
-    let mut k = scope_prefix(scope.as_str(), 16);
+/// A journal entry's key: scope, NUL, its event, then the time and a store-wide counter, both
+/// inverted, so a forward scan of a scope's (or one event's) prefix reads the newest first.
+/// The last 16 bytes (`decision_order`) order entries across events.
+pub fn decision_key(scope: &ScopeKey, event: DecisionEvent, time: i64, counter: u64) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 17);
+    k.push(event_byte(event));
     let t = ordered(time);
     k.extend(t.iter().map(|b| !b));
     k.extend_from_slice(&(!counter).to_be_bytes());
     k
+}
+
+/// Every journal entry of `scope` of `event`.
+pub fn decision_event_prefix(scope: &ScopeKey, event: DecisionEvent) -> Vec<u8> {
+    let mut k = scope_prefix(scope.as_str(), 1);
+    k.push(event_byte(event));
+    k
+}
+
+/// An event's byte in a journal key: its place in `DecisionEvent::ALL`.
+fn event_byte(event: DecisionEvent) -> u8 {
+    DecisionEvent::ALL
+        .iter()
+        .position(|&e| e == event)
+        .map_or(u8::MAX, |i| i as u8)
+}
+
+/// The part of a journal key that orders entries, newest first, across events: the inverted
+/// time and counter (its last 16 bytes).
+pub fn decision_order(key: &[u8]) -> &[u8] {
+    key.get(key.len().saturating_sub(16)..).unwrap_or(key)
+}
+
+/// Whether `key` is a journal key of store format 3 or older (scope, NUL, time, counter: no
+/// event byte), which the format 4 upgrade re-keys.
+pub fn is_unevented_decision_key(key: &[u8]) -> bool {
+    scope_bytes(key).is_some_and(|scope| key.len() == scope.len() + 1 + 16)
+}
+
+/// The format 4 key of an entry stored under `old` (format 3 or older) as `d`.
+pub fn evented_decision_key(old: &[u8], d: &crate::decisions::Decision) -> Option<Vec<u8>> {
+    let scope = scope_bytes(old)?;
+    let mut k = Vec::with_capacity(old.len() + 1);
+    k.extend_from_slice(scope);
+    k.push(0);
+    k.push(event_byte(d.event));
+    k.extend_from_slice(old.get(scope.len() + 1..)?);
+    Some(k)
+}
+
+/// Whether a format 4 journal key names `event` (its byte after the scope).
+pub fn decision_key_has_event(key: &[u8], event: DecisionEvent) -> bool {
+    scope_bytes(key).and_then(|scope| key.get(scope.len() + 1)) == Some(&event_byte(event))
 }
 
 /// The time of a journal entry's key.

@@ -1026,9 +1026,75 @@ fn a_format_1_store_opens_and_is_upgraded_in_place() {
     drop(store);
     assert_eq!(
         stored_format(dir.path()),
-        Some(vec![3]),
-        "the store says format 3"
+        Some(vec![4]),
+        "the store says the current format"
     );
+}
+
+#[test]
+fn a_format_3_store_opens_and_its_journal_is_keyed_by_event() {
+    // Written by the build before journal keys held their event (format 3): three facts, a
+    // restatement's dedup and an eviction at cap 3, a sweep, and a forget in another scope.
+    let dir = fixture_store("store-format-3");
+    let (app, org) = (scope("repo:acme/app"), scope("org:acme"));
+    let all = lessons::DecisionQuery {
+        limit: 100,
+        ..lessons::DecisionQuery::default()
+    };
+    let of = |event| lessons::DecisionQuery {
+        events: vec![event],
+        ..all.clone()
+    };
+    {
+        let store = EmbeddedStore::open(dir.path()).expect("a format 3 store opens");
+        assert!(store.check().expect("doctor").is_ok());
+        let events: Vec<lessons::DecisionEvent> = store
+            .decisions(&app, &all)
+            .expect("journal")
+            .iter()
+            .map(|d| d.event)
+            .collect();
+        use lessons::DecisionEvent as E;
+        assert_eq!(
+            events,
+            [
+                E::Swept,
+                E::Evicted,
+                E::Inserted,
+                E::Deduped,
+                E::Inserted,
+                E::Inserted,
+                E::Inserted
+            ],
+            "every entry kept, newest first"
+        );
+        let swept = store.decisions(&app, &of(E::Swept)).expect("journal");
+        assert_eq!(swept.len(), 1);
+        assert_eq!(swept[0].texts, ["PR 12 was merged"]);
+        assert_eq!(swept[0].markers, ["reference", "delivery"]);
+        let inserted = store.decisions(&app, &of(E::Inserted)).expect("journal");
+        assert_eq!(inserted.len(), 4);
+        assert_eq!(
+            inserted[0].texts,
+            ["the e2e suite needs PLAYWRIGHT_BROWSERS_PATH=0"]
+        );
+        let forgotten = store.decisions(&org, &of(E::Forgotten)).expect("journal");
+        assert_eq!(forgotten.len(), 1);
+        assert!(store
+            .decisions(&org, &of(E::Swept))
+            .expect("journal")
+            .is_empty());
+        store.close().expect("close");
+    }
+    assert_eq!(
+        stored_format(dir.path()),
+        Some(vec![4]),
+        "the store says the current format"
+    );
+    // Reopened as format 4, the journal reads the same.
+    let store = EmbeddedStore::open(dir.path()).expect("reopens");
+    assert_eq!(store.decisions(&app, &all).expect("journal").len(), 7);
+    assert!(store.check().expect("doctor").is_ok());
 }
 
 /// `(useCount, lastUsedAt)` of `id` in `records`.
@@ -1081,8 +1147,8 @@ fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
     assert!(used_since >= used_first);
     assert_eq!(
         stored_format(dir.path()),
-        Some(vec![3]),
-        "the store says format 3"
+        Some(vec![4]),
+        "the store says the current format"
     );
     assert_eq!(
         usage_entries(dir.path()),

@@ -356,6 +356,12 @@ fn pruning_counts_each_scope_once_and_trims_it_from_its_oldest_end() {
     let shown = store.decisions(&s, &all).expect("read");
     assert_eq!(shown.len(), 48, "a read shows the cap, whatever is on disk");
     assert_eq!(shown[0].texts, ["the newest lesson"]);
+    // A read of one event hides the same entries: those past the cap-th newest of the scope.
+    let inserts = DecisionQuery {
+        events: vec![lessons::DecisionEvent::Inserted],
+        ..all.clone()
+    };
+    assert_eq!(store.decisions(&s, &inserts).expect("read"), shown);
     let store = std::sync::Arc::into_inner(store).expect("one owner");
     store.close().expect("close");
     // Trimmed past a sixteenth over the cap, never under it: a count gone wrong would remove
@@ -397,4 +403,46 @@ fn pruning_counts_each_scope_once_and_trims_it_from_its_oldest_end() {
     write(&store, &s, "after the crash".into());
     store.close().expect("close");
     assert_eq!(stored_decisions(dir.path(), &s), 48);
+}
+
+#[test]
+fn a_read_of_one_event_hides_what_lies_past_the_cap_before_any_prune() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, clock) = settable_clock();
+    // An index commit (and with it a pruning round) only every hour: the journal stays over
+    // its cap of 10 on disk for the whole test, and its count is never taken.
+    let store = EmbeddedStore::builder()
+        .clock(clock)
+        .journal(2, 10)
+        .index_commit(1_000_000, std::time::Duration::from_secs(3600))
+        .open(dir.path())
+        .expect("open");
+    let s = scope("repo:acme/app");
+    for i in 0..16 {
+        let text = if i % 2 == 0 {
+            format!("lesson {i}")
+        } else {
+            format!("PR {i} was merged")
+        };
+        store
+            .write(&s, &[Candidate::fact(text, "t")], &WriteOptions::default())
+            .expect("write");
+    }
+    let all = DecisionQuery {
+        limit: 1000,
+        ..DecisionQuery::default()
+    };
+    let shown = store.decisions(&s, &all).expect("read");
+    assert_eq!(shown.len(), 10, "a read shows the cap");
+    let inserts = DecisionQuery {
+        events: vec![lessons::DecisionEvent::Inserted],
+        ..all.clone()
+    };
+    let of_one = store.decisions(&s, &inserts).expect("read");
+    assert_eq!(
+        of_one, shown,
+        "every entry is an insert: the same ten, newest first"
+    );
+    assert_eq!(of_one[0].texts, ["PR 15 was merged"]);
+    assert_eq!(of_one[9].texts, ["lesson 6"]);
 }

@@ -143,7 +143,7 @@ impl DecisionJournal {
             let counter = self.counter.fetch_add(1, Ordering::Relaxed);
             batch.insert(
                 &self.entries,
-                codec::decision_key(&d.scope_key, d.time, counter),
+                codec::decision_key(&d.scope_key, d.event, d.time, counter),
                 codec::encode_decision(d)?,
             );
             growth.add(Growth {
@@ -195,19 +195,36 @@ impl DecisionJournal {
         (self.clock)().saturating_sub(i64::from(self.days) * DAY_MS)
     }
 
-    /// `scope`'s entries, newest first, as `query` filters them.
+    /// `scope`'s entries, newest first, as `query` filters them. Entries of chosen events are
+    /// read from those events' prefixes only, so the cost follows what is asked for and found,
+    /// not the journal's length.
     pub(super) fn read(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         let mut out = Vec::new();
         // What pruning will remove reads as removed: entries past the cap or the age limit.
         let since = query.since.max(self.cutoff());
-        let entries = self.entries.prefix(codec::scope_key_prefix(scope));
-        for g in entries.take(self.cap) {
-            let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
+        let every = query.events.is_empty() || query.events.len() == DecisionEvent::ALL.len();
+        let (events, floor) = if every {
+            (&DecisionEvent::ALL[..], None)
+        } else {
+            (&query.events[..], self.cap_floor(scope)?)
+        };
+        let entries = self
+            .merged(None, scope, events, Order::NewestFirst, true)
+            .take(if every { self.cap } else { usize::MAX });
+        for entry in entries {
+            let (k, v) = entry?;
             // Newest first: once past `since`, every later entry is older still.
             if codec::decision_time(&k).is_some_and(|t| t < since) {
                 break;
             }
-            let d = codec::decode_decision(&v)?;
+            // Past the oldest entry the cap keeps: older still, and hidden too.
+            if floor
+                .as_deref()
+                .is_some_and(|f| codec::decision_order(&k) > f)
+            {
+                break;
+            }
+            let d = codec::decode_decision(&v.unwrap_or_default())?;
             if query.keeps(&d) {
                 out.push(d);
                 if out.len() == query.limit {
@@ -218,15 +235,95 @@ impl DecisionJournal {
         Ok(out)
     }
 
-    /// Every entry, oldest first, so an import (which numbers entries in the order it reads
-    /// them) keeps their order.
+    /// The order of the oldest entry of `scope` the cap keeps, when the scope holds more than
+    /// the cap (entries older than it read as pruned). Found from the oldest end when the
+    /// scope's count is known (at most a sixteenth of the cap is read), else from the newest.
+    fn cap_floor(&self, scope: &ScopeKey) -> Result<Option<Vec<u8>>> {
+        let tally = self.tallies.lock().get(scope).copied();
+        let all = &DecisionEvent::ALL[..];
+        let at = match tally {
+            Some(t) if t.counted && t.entries <= self.cap => return Ok(None),
+            Some(t) if t.counted => self
+                .merged(None, scope, all, Order::OldestFirst, false)
+                .nth(t.entries - self.cap),
+            _ => self
+                .merged(None, scope, all, Order::NewestFirst, false)
+                .nth(self.cap.saturating_sub(1)),
+        };
+        match at {
+            Some(entry) => Ok(Some(codec::decision_order(&entry?.0).to_vec())),
+            None => Ok(None),
+        }
+    }
+
+    /// `scope`'s entries of `events` in `order`, live or from `snapshot`, with their values
+    /// when `values`.
+    fn merged(
+        &self,
+        snapshot: Option<&fjall::Snapshot>,
+        scope: &ScopeKey,
+        events: &[DecisionEvent],
+        order: Order,
+        values: bool,
+    ) -> Merged {
+        Merged::new(self.scan(snapshot, scope, events), order, values)
+    }
+
+    /// One prefix scan per event of `scope`'s journal, live or from `snapshot` (read from
+    /// either end by `Merged`).
+    fn scan(
+        &self,
+        snapshot: Option<&fjall::Snapshot>,
+        scope: &ScopeKey,
+        events: &[DecisionEvent],
+    ) -> Vec<fjall::Iter> {
+        events
+            .iter()
+            .map(|&e| {
+                let prefix = codec::decision_event_prefix(scope, e);
+                match snapshot {
+                    Some(snap) => snap.prefix(&self.entries, prefix),
+                    None => self.entries.prefix(prefix),
+                }
+            })
+            .collect()
+    }
+
+    /// Every entry, scope by scope, oldest first within a scope, so an import (which numbers
+    /// entries in the order it reads them) keeps their order.
     pub(super) fn export(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
         let snap = self.db.snapshot();
-        for g in snap.iter(&self.entries).rev() {
-            let v = g.value().map_err(st("reading the decision journal"))?;
-            sink(codec::decode_decision(&v)?)?;
+        for scope in self.scopes(&snap)? {
+            let all = &DecisionEvent::ALL[..];
+            for entry in self.merged(Some(&snap), &scope, all, Order::OldestFirst, true) {
+                let (_, v) = entry?;
+                sink(codec::decode_decision(&v.unwrap_or_default())?)?;
+            }
         }
         Ok(())
+    }
+
+    /// Every scope with a journal entry in `snap`, found by seeking from one scope's prefix to
+    /// the next.
+    fn scopes(&self, snap: &fjall::Snapshot) -> Result<Vec<ScopeKey>> {
+        let mut out = Vec::new();
+        let mut from: Vec<u8> = Vec::new();
+        while let Some(g) = snap.range(&self.entries, from.clone()..).next() {
+            let k = g.key().map_err(st("reading the decision journal"))?;
+            let Some(scope) = codec::scope_bytes(&k) else {
+                return Err(crate::error::Error::format(
+                    "a decision-journal key holds no scope separator",
+                ));
+            };
+            let name = std::str::from_utf8(scope)
+                .ok()
+                .and_then(|n| ScopeKey::parse(n).ok())
+                .ok_or_else(|| crate::error::Error::format("a decision-journal key's scope"))?;
+            out.push(name);
+            from = scope.to_vec();
+            from.push(1);
+        }
+        Ok(out)
     }
 
     /// Adds entries read from an export, a durable batch per thousand.
@@ -248,6 +345,36 @@ impl DecisionJournal {
             group.wait_durable(ticket)?;
         }
         Ok(entries.len() as u64)
+    }
+
+    /// Re-keys every entry a store of format 3 or older wrote (scope, time, counter) with its
+    /// event after its scope (format 4), in durable batches; an entry already re-keyed is left,
+    /// so an upgrade cut short is finished by the next. Returns how many moved.
+    pub(super) fn rekey(&self, group: &GroupCommit) -> Result<u64> {
+        let mut moved = 0u64;
+        let mut batch = self.db.batch();
+        let mut in_batch = 0;
+        for g in self.db.snapshot().iter(&self.entries) {
+            let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
+            if !codec::is_unevented_decision_key(&k) {
+                continue;
+            }
+            let d = codec::decode_decision(&v)?;
+            let Some(key) = codec::evented_decision_key(&k, &d) else {
+                continue;
+            };
+            batch.remove(&self.entries, k.to_vec());
+            batch.insert(&self.entries, key, v.to_vec());
+            moved += 1;
+            in_batch += 1;
+            if in_batch == 10_000 {
+                let full = std::mem::replace(&mut batch, self.db.batch());
+                group.append_durably(full, "re-keying the decision journal")?;
+                in_batch = 0;
+            }
+        }
+        group.append_durably(batch, "re-keying the decision journal")?;
+        Ok(moved)
     }
 
     /// Drops entries older than `days` and beyond `cap` per scope, for the scopes due (see
@@ -291,8 +418,9 @@ impl DecisionJournal {
         });
         let mut batch = self.db.batch();
         let (mut kept, mut removed, mut oldest) = (0usize, 0usize, i64::MAX);
-        for g in snapshot.prefix(&self.entries, codec::scope_key_prefix(scope)) {
-            let k = g.key().map_err(st("reading the decision journal"))?;
+        let all = &DecisionEvent::ALL[..];
+        for entry in self.merged(Some(&snapshot), scope, all, Order::NewestFirst, false) {
+            let (k, _) = entry?;
             let time = codec::decision_time(&k);
             if time.is_some_and(|t| t < cutoff) || kept >= self.cap {
                 batch.remove(&self.entries, k.to_vec());
@@ -328,8 +456,9 @@ impl DecisionJournal {
         let mut removed = 0usize;
         // Entries committed since the round began are newer than any this scan removes.
         let mut oldest = (self.clock)();
-        for g in self.entries.prefix(codec::scope_key_prefix(scope)).rev() {
-            let k = g.key().map_err(st("reading the decision journal"))?;
+        let all = &DecisionEvent::ALL[..];
+        for entry in self.merged(None, scope, all, Order::OldestFirst, false) {
+            let (k, _) = entry?;
             let time = codec::decision_time(&k);
             if excess == 0 && time.is_none_or(|t| t >= cutoff) {
                 oldest = time.unwrap_or(oldest);
@@ -347,6 +476,105 @@ impl DecisionJournal {
         tally.entries = tally.entries.saturating_sub(removed);
         tally.oldest = oldest;
         Ok(())
+    }
+}
+
+/// Which end of a journal a scan starts at.
+#[derive(Clone, Copy)]
+enum Order {
+    NewestFirst,
+    OldestFirst,
+}
+
+/// Several prefix scans of one scope's journal, each in the same order (newest or oldest
+/// first), merged into that order across them by each key's `decision_order`.
+struct Merged {
+    scans: Vec<fjall::Iter>,
+    /// Each scan's next entry; `None` before the first pull and once a scan is done.
+    heads: Vec<Option<Entry>>,
+    started: bool,
+    order: Order,
+    /// Whether entries' values are read (a count or a prune needs keys only).
+    values: bool,
+}
+
+/// A journal entry as a scan reads it: its key, and its value when asked for.
+type Entry = Result<(fjall::UserKey, Option<fjall::UserValue>)>;
+
+impl Merged {
+    fn new(scans: Vec<fjall::Iter>, order: Order, values: bool) -> Merged {
+        let heads = scans.iter().map(|_| None).collect();
+        Merged {
+            scans,
+            heads,
+            started: false,
+            order,
+            values,
+        }
+    }
+
+    fn pull(&mut self, i: usize) {
+        let values = self.values;
+        let order = self.order;
+        let scan = self.scans.get_mut(i);
+        let next = scan
+            .and_then(|s| match order {
+                Order::NewestFirst => s.next(),
+                Order::OldestFirst => s.next_back(),
+            })
+            .map(|g| {
+                if values {
+                    g.into_inner()
+                        .map(|(k, v)| (k, Some(v)))
+                        .map_err(st("reading the decision journal"))
+                } else {
+                    g.key()
+                        .map(|k| (k, None))
+                        .map_err(st("reading the decision journal"))
+                }
+            });
+        if let Some(slot) = self.heads.get_mut(i) {
+            *slot = next;
+        }
+    }
+}
+
+impl Iterator for Merged {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        if !self.started {
+            self.started = true;
+            for i in 0..self.scans.len() {
+                self.pull(i);
+            }
+        }
+        // An error is handed out first; otherwise the newest (or oldest) head.
+        let mut best: Option<usize> = None;
+        for (i, head) in self.heads.iter().enumerate() {
+            let Some(head) = head else { continue };
+            let Ok((key, _)) = head else {
+                best = Some(i);
+                break;
+            };
+            let better = match best.and_then(|b| self.heads.get(b)) {
+                Some(Some(Ok((held, _)))) => {
+                    let (k, h) = (codec::decision_order(key), codec::decision_order(held));
+                    match self.order {
+                        Order::NewestFirst => k < h,
+                        Order::OldestFirst => k > h,
+                    }
+                }
+                _ => true,
+            };
+            if better {
+                best = Some(i);
+            }
+        }
+        let i = best?;
+        let taken = self.heads.get_mut(i).and_then(Option::take);
+        self.pull(i);
+        taken
     }
 }
 

@@ -212,7 +212,6 @@ pub(super) fn upgrade_dedup_keys(s: &Shared) -> Result<()> {
             s.group.append_durably(full, "upgrading the dedup keys")?;
         }
     }
-    s.records.mark_format_in(&mut batch);
     s.group.append_durably(batch, "upgrading the dedup keys")
 }
 

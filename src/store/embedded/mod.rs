@@ -152,8 +152,16 @@ impl EmbeddedStore {
             clock,
             cap: b.cap,
         });
-        if upgrade {
+        if upgrade.dedup_keys {
             doctor::upgrade_dedup_keys(&shared)?;
+        }
+        if upgrade.decision_keys {
+            let moved = shared.journal.rekey(&shared.group)?;
+            log::info!("[store] re-keyed {moved} decision-journal entries by their event");
+        }
+        if upgrade.dedup_keys || upgrade.decision_keys {
+            // Last: an upgrade cut short is redone at the next open (each step is).
+            shared.records.mark_format()?;
         }
         indexer::recover(&shared, opened.watermark)?;
         let worker = Arc::clone(&shared);
@@ -289,34 +297,51 @@ impl Drop for EmbeddedStore {
     }
 }
 
-/// Whether the store is format 1 (its dedup keys to be rebuilt); a new store is marked with
-/// the current format, a format 2 store too (it holds no usage entry yet, and the mark keeps
-/// older builds from opening it), an unknown one refused.
-fn needs_upgrade(records: &Records, dir: &Path) -> Result<bool> {
-    match records.format()?.as_deref() {
-        Some([codec::STORE_FORMAT]) => Ok(false),
-        // Version 1 differs only in its dedup keys, which are derived.
-        Some([1]) => Ok(true),
-        Some([2]) => {
-            log::info!(
-                "[store] upgrading {} to format {}: retrieves record use in its own keyspace",
+/// What an older store needs at open to become the current format. Each step can be redone, so
+/// the format is marked only after all of them.
+#[derive(Clone, Copy, Default)]
+struct Upgrade {
+    /// Format 1: one dedup key per normalized text, rebuilt from the records.
+    dedup_keys: bool,
+    /// Formats 1 to 3: every decision-journal entry re-keyed with its event.
+    decision_keys: bool,
+}
+
+/// What the store at `records` needs to become the current format; a new store is marked with
+/// it, a newer one refused.
+fn needs_upgrade(records: &Records, dir: &Path) -> Result<Upgrade> {
+    let upgrade = match records.format()?.as_deref() {
+        Some([codec::STORE_FORMAT]) => Upgrade::default(),
+        Some([1]) => Upgrade {
+            dedup_keys: true,
+            decision_keys: true,
+        },
+        // Format 2 holds no usage entry: only its journal's keys change.
+        Some([2 | 3]) => Upgrade {
+            dedup_keys: false,
+            decision_keys: true,
+        },
+        Some(v) => {
+            return Err(Error::format(format!(
+                "the store {} has format version {:?}; this build reads versions 1 to {}",
                 dir.display(),
+                v,
                 codec::STORE_FORMAT
-            );
-            records.mark_format()?;
-            Ok(false)
+            )))
         }
-        Some(v) => Err(Error::format(format!(
-            "the store {} has format version {:?}; this build reads versions 1 to {}",
-            dir.display(),
-            v,
-            codec::STORE_FORMAT
-        ))),
         None => {
             records.mark_format()?;
-            Ok(false)
+            Upgrade::default()
         }
+    };
+    if upgrade.dedup_keys || upgrade.decision_keys {
+        log::info!(
+            "[store] upgrading {} to format {}",
+            dir.display(),
+            codec::STORE_FORMAT
+        );
     }
+    Ok(upgrade)
 }
 
 /// Takes the store directory's exclusive lock, or says who holds it.

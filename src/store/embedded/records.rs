@@ -141,11 +141,6 @@ impl Records {
             .map_err(st("writing the format version"))
     }
 
-    /// Adds the current format's mark to `batch`.
-    pub(super) fn mark_format_in(&self, batch: &mut OwnedWriteBatch) {
-        batch.insert(&self.ks.meta, "format", [codec::STORE_FORMAT]);
-    }
-
     /// The number of the last batch the records hold (0 for a new store).
     pub(super) fn last_batch(&self) -> Result<u64> {
         match self

@@ -1,0 +1,189 @@
+//! The week's review on stores whose journals are full, and how its cost grows: with the number
+//! of scopes (it reads each scope's evidence) and not with the journals' length (it reads each
+//! event's newest entries, within its limits).
+//!
+//! Three stores, each scope holding 500 active records (80% facts) and a full decision journal
+//! whose entries span the last 30 days (all eight events, most of them inserts):
+//! - 45 scopes × 10,000 entries (the default `journalCap`);
+//! - 450 scopes × 10,000 entries (ten times the scopes);
+//! - 45 scopes × 100,000 entries (ten times the journal, `journalCap` 100,000).
+//!
+//! Timed: `review` over every scope and the last 7 days, in process (what `lessons review`
+//! runs after it opens the store) and as `POST /review` on a server over the same store, each
+//! 11 times after one warm-up; p50 and the slowest. Building the stores takes a few minutes.
+//!
+//! `cargo bench --bench review`
+
+// A harness: a panic is its failure report (see Cargo.toml's lint policy).
+#![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lessons::model::Tally;
+use lessons::review::{review, Thresholds};
+use lessons::server::{AppState, Auth, Background};
+use lessons::{
+    ContextConfig, Decision, DecisionEvent, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions,
+};
+use support::{records, text, vocabulary, Rng, NOW};
+
+const DAY: i64 = 86_400_000;
+const RUNS: usize = 11;
+
+/// A journal entry of `scope` at `time`, of an event drawn as a busy repository's are.
+fn entry(rng: &mut Rng, words: &[&str], scope: &ScopeKey, time: i64, seq: u64) -> Decision {
+    let event = match rng.below(100) {
+        0..=39 => DecisionEvent::Inserted,
+        40..=54 => DecisionEvent::Deduped,
+        55..=64 => DecisionEvent::Restated,
+        65..=79 => DecisionEvent::Rejected,
+        80..=94 => DecisionEvent::Evicted,
+        95..=97 => DecisionEvent::Superseded,
+        98 => DecisionEvent::Swept,
+        _ => DecisionEvent::Forgotten,
+    };
+    let mut d = Decision::new(time, scope, event);
+    d.texts.push(text(rng, words, 40));
+    match event {
+        DecisionEvent::Rejected => d.markers.push("sha".into()),
+        DecisionEvent::Restated => {
+            d.ids.push(scope.record_id(seq % 500));
+            d.texts.push(text(rng, words, 40));
+        }
+        DecisionEvent::Evicted => {
+            d.ids.push(scope.record_id(seq));
+            d.age_ms = Some(rng.below(30) as i64 * DAY);
+            d.use_count = Some(rng.below(3) as u64);
+        }
+        _ => d.ids.push(scope.record_id(seq)),
+    }
+    d
+}
+
+/// A store of `scopes` scopes, each with 500 active records and `journal` entries.
+fn build(dir: &std::path::Path, scopes: usize, journal: usize) -> EmbeddedStore {
+    let store = EmbeddedStore::builder()
+        .journal(90, journal)
+        .clock(Arc::new(|| NOW))
+        .open(dir)
+        .expect("open");
+    let words = vocabulary();
+    let mut rng = Rng(0x7e71e3);
+    for s in 0..scopes {
+        let scope = ScopeKey::parse(&format!("repo:acme/app{s}")).expect("scope");
+        store
+            .import(&records(&mut rng, &scope, 500, 0))
+            .expect("records");
+        let mut chunk = Vec::with_capacity(1000);
+        let mut rejected = 0;
+        for i in 0..journal {
+            // Spread over 30 days, oldest first, as a journal grows.
+            let time = NOW - 30 * DAY + (i as i64 * 30 * DAY) / journal as i64;
+            let d = entry(&mut rng, &words, &scope, time, i as u64);
+            rejected += u64::from(d.event == DecisionEvent::Rejected);
+            chunk.push(d);
+            if chunk.len() == 1000 {
+                store.import_decisions(&chunk).expect("journal");
+                chunk.clear();
+            }
+        }
+        store.import_decisions(&chunk).expect("journal");
+        // The day's counters, as the reflections behind those entries would have left them.
+        let tally = Tally {
+            offered: rejected * 4,
+            rejected,
+            rejected_by: [("sha".to_owned(), rejected)].into(),
+        };
+        let options = WriteOptions {
+            tally: Some(tally),
+            ..WriteOptions::default()
+        };
+        store.write(&scope, &[], &options).expect("counters");
+    }
+    store
+}
+
+fn p50_max(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (samples[samples.len() / 2], samples[samples.len() - 1])
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The review in process, then as `POST /review`: (p50, slowest) of each.
+fn time_review(store: EmbeddedStore) -> ((Duration, Duration), (Duration, Duration)) {
+    let store: Arc<dyn MemoryStore> = Arc::new(store);
+    let thresholds = Thresholds::default();
+    let mut local = Vec::new();
+    for i in 0..=RUNS {
+        let started = Instant::now();
+        let r = review(store.as_ref(), 7, None, NOW, &thresholds).expect("review");
+        assert!(!r.scopes.is_empty());
+        if i > 0 {
+            local.push(started.elapsed());
+        }
+    }
+    let token = "bench-token-0123456789";
+    let auth = Auth {
+        token: Some(token.into()),
+        read_token: None,
+        open: false,
+    };
+    let server = Background::start(AppState::new(
+        Arc::clone(&store),
+        auth,
+        ContextConfig::default(),
+    ))
+    .expect("server");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut http = Vec::new();
+    for i in 0..=RUNS {
+        let started = Instant::now();
+        let mut resp = agent
+            .post(format!("{}/review", server.url()))
+            .header("content-type", "application/json")
+            .header("authorization", &format!("Bearer {token}"))
+            .send(br#"{"days":7}"#.as_slice())
+            .expect("answered");
+        let body = resp.body_mut().read_to_string().expect("body");
+        assert_eq!(resp.status().as_u16(), 200, "{body}");
+        if i > 0 {
+            http.push(started.elapsed());
+        }
+    }
+    (p50_max(local), p50_max(http))
+}
+
+fn main() {
+    let shapes = [(45, 10_000), (450, 10_000), (45, 100_000)];
+    println!("\nThe week's review (7 days, every scope) on full journals\n");
+    println!("| store | review in process p50 (slowest) | `POST /review` p50 (slowest) | p50 ÷ the first row |");
+    println!("|---|---|---|---|");
+    let mut first = None;
+    for (scopes, journal) in shapes {
+        let dir = tempfile::tempdir().expect("dir");
+        let built = Instant::now();
+        let store = build(dir.path(), scopes, journal);
+        eprintln!(
+            "built {scopes} scopes × {journal} entries in {:.0} s",
+            built.elapsed().as_secs_f64()
+        );
+        let ((l50, lmax), (h50, hmax)) = time_review(store);
+        let base = *first.get_or_insert(l50);
+        println!(
+            "| {scopes} scopes × {journal} entries | {} ({}) | {} ({}) | {:.2}× |",
+            ms(l50),
+            ms(lmax),
+            ms(h50),
+            ms(hmax),
+            l50.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+}
