@@ -426,6 +426,29 @@ pub fn encode_record(r: &Record, seq: u64) -> Result<Vec<u8>> {
     postcard::to_extend(&stored, out).map_err(|e| Error::format(format!("encoding a record: {e}")))
 }
 
+/// The text of a stored record, borrowed, without decoding the rest: a filter over many
+/// records (the sweep's gate) decodes in full only the records it keeps. Both record versions
+/// begin with the same fields, so one head reads either.
+pub fn record_text(bytes: &[u8]) -> Result<&str> {
+    #[derive(Deserialize)]
+    struct Head<'a> {
+        _scope: &'a str,
+        _seq: u64,
+        _kind: u8,
+        _status: u8,
+        text: &'a str,
+    }
+    match bytes.split_first() {
+        Some((&RECORD_VERSION | &1, body)) => postcard::take_from_bytes::<Head<'_>>(body)
+            .map(|(head, _)| head.text)
+            .map_err(|e| Error::format(format!("a record does not decode: {e}"))),
+        Some((v, _)) => Err(Error::format(format!(
+            "a record has format version {v}; this build reads versions 1 and {RECORD_VERSION} (upgrade lessons)"
+        ))),
+        None => Err(Error::format("a record is empty")),
+    }
+}
+
 /// Decodes a stored record. `known`: the scope the caller read it from, whose key is then shared
 /// instead of copied (checked, not trusted).
 pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {

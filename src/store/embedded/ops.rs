@@ -93,23 +93,29 @@ impl MemoryStore for EmbeddedStore {
 
     fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
         let s = &*self.shared;
+        let marked = |snapshot: Option<&fjall::Snapshot>| -> Result<Vec<Record>> {
+            let mut marked =
+                s.records
+                    .active_facts_where(snapshot, scope, crate::gate::is_status)?;
+            // The scan reads newest first; the answer lists ids in ascending sequence.
+            marked.reverse();
+            Ok(marked)
+        };
+        let receipt = |marked: &[Record]| SweepReceipt {
+            swept: marked.len() as u64,
+            ids: marked.iter().map(|r| r.id.clone()).collect(),
+        };
+        if dry_run {
+            // A dry run reads one snapshot and leaves the scope's writers alone.
+            return Ok(receipt(&marked(Some(&s.records.snapshot()))?));
+        }
         let state = s.scopes.get(scope);
         let guard = state.write.lock();
         // Under the scope's lock: the usage read live matches the records (a swept record
         // keeps its use in its retired copy).
-        let mut marked: Vec<Record> = s
-            .records
-            .active_of(None, scope, Some(Kind::Fact))?
-            .into_iter()
-            .filter(|r| crate::gate::is_status(&r.text))
-            .collect();
-        // The scan reads newest first; the answer lists ids in ascending sequence.
-        marked.reverse();
-        let receipt = SweepReceipt {
-            swept: marked.len() as u64,
-            ids: marked.iter().map(|r| r.id.clone()).collect(),
-        };
-        if dry_run || marked.is_empty() {
+        let marked = marked(None)?;
+        let receipt = receipt(&marked);
+        if marked.is_empty() {
             return Ok(receipt);
         }
         s.witness.refuse_if_damaged()?;
@@ -205,7 +211,14 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn active_count(&self, scope: &ScopeKey) -> Result<u64> {
-        Ok(self.shared.records.derive_meta(scope)?.active)
+        // The bookkeeping is written in the same batch as the records it counts, so it is
+        // read, not derived: one point read, not a scan of the scope. (`doctor` compares the
+        // two; a scope with no bookkeeping yet is counted.)
+        let records = &self.shared.records;
+        match records.stored_meta(scope)? {
+            Some(meta) => Ok(meta.active),
+            None => Ok(records.derive_meta(scope)?.active),
+        }
     }
 
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {

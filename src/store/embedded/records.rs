@@ -356,6 +356,26 @@ impl Records {
         self.scan(snapshot, scope, &prefix)?.collect()
     }
 
+    /// The active facts of `scope` whose text `keep` selects, newest first, each with its use:
+    /// a record is decoded in full only once selected. Under the scope's write lock, or from
+    /// `snapshot`.
+    pub(super) fn active_facts_where(
+        &self,
+        snapshot: Option<&fjall::Snapshot>,
+        scope: &ScopeKey,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Record>> {
+        let mut scan = self.scan(snapshot, scope, &codec::active_prefix(scope, Kind::Fact))?;
+        let mut out = Vec::new();
+        for g in scan.records.by_ref() {
+            let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            if keep(codec::record_text(&v)?) {
+                out.push(scan.usage.record(&k, &v, scope)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// The active records under `prefix` (a prefix of `scope`'s keys), in key order, each with
     /// its use: under the scope's write lock, or from `snapshot`.
     pub(super) fn scan<'a>(
