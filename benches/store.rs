@@ -9,9 +9,8 @@
 //! The table starts with the bot's loop: a run's reflection writes to its scope, and the next
 //! run reads that scope's window; only the read is timed, right after the write. A read with no
 //! write between (the shared window's best case) is labelled as such. Then the cold open and
-//! first window, and sustained durable writes at 200,000 records (400 scopes × 500, 8 writer
-//! threads, 15 s per engine; `LESSONS_BENCH_SCALE=0` skips it, `examples/scale` runs the same
-//! loop at 1,000,000).
+//! first window. Sustained durable writes at 200,000 and 1,000,000 records, with their tails and
+//! the disk's floor, are `cargo bench --bench writes`.
 //!
 //! `cargo bench --bench store`
 
@@ -382,99 +381,6 @@ fn bots_loop(f: &mut Fixture, words: &[&str], scopes: &[ScopeKey]) {
     );
 }
 
-/// One writer's operation: a reflection to scope `s`, drawing from the thread's generator.
-type WriteOp = Arc<dyn Fn(&mut Rng, usize) + Send + Sync>;
-
-/// Sustained durable reflections over 200,000 records in 400 scopes (the Worker's layout for
-/// SQLite: one database per scope, each behind its own lock), 8 writer threads on random
-/// scopes for 15 s per engine: rate and per-write p50 / p99.
-fn sustained_at_scale() {
-    const SCALE_SCOPES: usize = 400;
-    const THREADS: usize = 8;
-    const PHASE: Duration = Duration::from_secs(15);
-    let dir = tempfile::tempdir().expect("dir");
-    let keys: Vec<ScopeKey> = (0..SCALE_SCOPES)
-        .map(|i| ScopeKey::parse(&format!("repo:org{}/svc{i}", i % 23)).expect("valid"))
-        .collect();
-    let lessons = Arc::new(
-        EmbeddedStore::builder()
-            .clock(clock())
-            .open(dir.path().join("lessons"))
-            .expect("open"),
-    );
-    let mut sqlite = Vec::new();
-    let mut rng = Rng(0x5ca1e);
-    for (i, s) in keys.iter().enumerate() {
-        let rs = records(&mut rng, s, ACTIVE, 0);
-        lessons.import(&rs).expect("import");
-        let mut db = SqliteScope::open(&dir.path().join(format!("s{i}.sqlite")), s.clone(), true);
-        db.load(&rs);
-        sqlite.push(parking_lot::Mutex::new(db));
-    }
-    lessons.flush().expect("flush");
-    let sqlite = Arc::new(sqlite);
-    let keys = Arc::new(keys);
-    // Each thread: random scope, one reflection, its latency recorded.
-    let drive = |op: WriteOp| -> (f64, (Duration, Duration)) {
-        let start = Instant::now();
-        let handles: Vec<_> = (0..THREADS)
-            .map(|k| {
-                let op = Arc::clone(&op);
-                std::thread::spawn(move || {
-                    let mut rng = Rng(1_000 + k as u64);
-                    let mut samples = Vec::new();
-                    while start.elapsed() < PHASE {
-                        let s = rng.below(SCALE_SCOPES);
-                        let t = Instant::now();
-                        op(&mut rng, s);
-                        samples.push(t.elapsed());
-                    }
-                    samples
-                })
-            })
-            .collect();
-        let samples: Vec<Duration> = handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("writer"))
-            .collect();
-        let rate = samples.len() as f64 / start.elapsed().as_secs_f64();
-        (rate, percentiles(samples))
-    };
-    let candidates = |rng: &mut Rng, s: &ScopeKey| -> Vec<Candidate> {
-        let words = vocabulary();
-        vec![
-            Candidate::fact(text(rng, &words, 320), "bench"),
-            Candidate::fact(text(rng, &words, 320), "bench"),
-            Candidate::fact("a paraphrase", "bench")
-                .restating(s.record_id(rng.below(ACTIVE) as u64)),
-            Candidate::fact("the same lesson again", "bench"),
-        ]
-    };
-    let (store, k) = (Arc::clone(&lessons), Arc::clone(&keys));
-    let (ours, ours_lat) = drive(Arc::new(move |rng: &mut Rng, s: usize| {
-        let cs = candidates(rng, &k[s]);
-        store
-            .write(&k[s], &cs, &WriteOptions::default())
-            .expect("write");
-    }));
-    let (dbs, k) = (Arc::clone(&sqlite), Arc::clone(&keys));
-    let (base, base_lat) = drive(Arc::new(move |rng: &mut Rng, s: usize| {
-        let cs = candidates(rng, &k[s]);
-        let now = NOW + rng.below(1_000_000) as i64;
-        dbs[s].lock().write(&sqlite_reflection(&cs), now, ACTIVE);
-    }));
-    println!(
-        "| sustained durable reflections at 200,000 records (400 scopes, 8 threads, 15 s): rate; p50 / p99 per write | {ours:.0}/s; {} / {} | {base:.0}/s; {} / {} | {:.2}×; {:.2}× / {:.2}× |",
-        us(ours_lat.0),
-        us(ours_lat.1),
-        us(base_lat.0),
-        us(base_lat.1),
-        ours / base,
-        base_lat.0.as_secs_f64() / ours_lat.0.as_secs_f64(),
-        base_lat.1.as_secs_f64() / ours_lat.1.as_secs_f64()
-    );
-}
-
 fn latency_table() {
     println!(
         "\nLatency, p50 / p99 (same data, same run); ratio = SQLite ÷ lessons, higher is better\n"
@@ -638,10 +544,6 @@ fn latency_table() {
         "| durable reflections/s, 8 writer threads | {ours:.0}/s | {base:.0}/s | {:.1}× |",
         ours / base
     );
-
-    if std::env::var("LESSONS_BENCH_SCALE").map_or(true, |v| v != "0") {
-        sustained_at_scale();
-    }
 
     if large_enabled() {
         let ldir = tempfile::tempdir().expect("dir");

@@ -31,4 +31,6 @@ pub mod text {
 }
 #[cfg(feature = "server")]
 pub use crate::server::metrics::rollup_lines;
+/// Where the calling thread's last write to an embedded store spent its time.
+pub use crate::store::embedded::phases::{last_write, WritePhases};
 pub use crate::time::{day_of, format_day};

@@ -8,7 +8,7 @@
 //! **Invariant:** only this module knows key encodings and fjall.
 
 pub(crate) mod codec;
-mod embedded;
+pub(crate) mod embedded;
 pub(crate) mod engine;
 pub(crate) mod index;
 mod journal;

@@ -1276,3 +1276,34 @@ fn retrieve_answers_alike_whatever_the_memory_holds() {
     }
     assert!(answered > 120, "{answered} of 180 retrieves found records");
 }
+
+#[test]
+fn a_write_tallies_its_phases_and_they_fit_in_its_time() {
+    let clock = FakeClock::new(T0);
+    let dir = tempfile::tempdir().expect("dir");
+    let store = EmbeddedStore::builder()
+        .clock(clock.clock())
+        .durability(Durability::Sync)
+        .open(dir.path())
+        .expect("the store opens");
+    let s = scope("repo:acme/phases");
+    store
+        .write(
+            &s,
+            &[Candidate::fact("run the migrations before the tests", "t")],
+            &opts(),
+        )
+        .expect("write");
+    let first = lessons::internals::last_write();
+    assert!(first.total > Duration::ZERO);
+    let named: Duration = first.named().iter().map(|(_, d)| *d).sum();
+    assert!(named <= first.total, "{first:?}");
+    // A durable write waited for an fsync that covers it; its first write loaded the scope.
+    assert!(first.durable > Duration::ZERO, "{first:?}");
+    assert!(first.scope_load > Duration::ZERO, "{first:?}");
+    // Each write starts its own tally: a write that writes nothing leaves its phases empty.
+    store.write(&s, &[], &opts()).expect("empty write");
+    let empty = lessons::internals::last_write();
+    assert_eq!(empty.durable, Duration::ZERO, "{empty:?}");
+    assert_eq!(empty.scope_load, Duration::ZERO, "{empty:?}");
+}

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use fjall::{Database, Keyspace, OwnedWriteBatch, PersistMode};
 use parking_lot::{Condvar, Mutex};
 
+use super::phases::{self, Phase};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::codec;
 use crate::store::engine::st;
@@ -103,14 +104,14 @@ impl GroupCommit {
         doing: &str,
         after: impl FnOnce(),
     ) -> Result<()> {
-        let mut last = self.batches.lock();
+        let mut last = phases::time(Phase::CommitLock, || self.batches.lock());
         // fjall poisons itself after its own failures; `sync`'s fsync is ours.
         if self.failed() {
             return Err(crate::store::engine::storage(doing, fjall::Error::Poisoned));
         }
         let number = *last + 1;
         batch.insert(&self.meta, codec::LAST_BATCH, number.to_be_bytes());
-        if let Err(e) = batch.commit() {
+        if let Err(e) = phases::time(Phase::Commit, || batch.commit()) {
             self.failed.store(true, Ordering::SeqCst);
             return Err(crate::store::engine::storage(doing, e));
         }

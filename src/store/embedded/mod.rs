@@ -10,7 +10,7 @@
 //!
 //! Index consistency: the outbox entry names every record whose index document the write
 //! changes. The indexer thread (`indexer`) stages the queued changes into tantivy and commits
-//! in groups (every 4,096 document changes or 1 s) with the highest operation it covers as the
+//! in groups (every 16,384 document changes or 5 s) with the highest operation it covers as the
 //! commit's payload (the watermark), then trims the outbox up to it. A write never waits behind
 //! an index commit. On open, outbox entries above the watermark are replayed; a missing
 //! watermark or a document count that disagrees with the records triggers a rebuild.
@@ -29,6 +29,7 @@ mod indexer;
 mod lru;
 mod ops;
 mod order;
+pub(crate) mod phases;
 mod queue;
 mod records;
 mod retrieve;

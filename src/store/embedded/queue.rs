@@ -207,7 +207,7 @@ impl IndexQueue {
     /// large import) would otherwise grow memory without limit. Called after a write's scope
     /// lock is released.
     pub(super) fn backpressure(&self) {
-        let bound = self.commit_every.saturating_mul(8).max(4096);
+        let bound = self.commit_every.saturating_mul(4).max(4096);
         let mut ops = self.ops.lock();
         // A failing index (a full disk) keeps its changes for the next open: no point waiting.
         while ops.changes > bound && !self.stopped() && !self.degraded() {

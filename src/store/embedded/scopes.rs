@@ -21,6 +21,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use super::lru::Lru;
 use super::order::{lru_key, EvictionOrder, LruKey};
+use super::phases::{self, Phase};
 use super::records::Records;
 use super::search::ScopeSearch;
 use super::totals::ScopeFts;
@@ -399,12 +400,15 @@ impl Scopes {
         if let Some(order) = scope.derived().order.as_ref() {
             return Ok(order.head(n));
         }
-        let mut order = EvictionOrder::default();
-        for r in records.active_of(None, key, None)? {
-            if let Some(seq) = r.seq() {
-                order.insert(lru_key(&r, seq));
+        let order = phases::time(Phase::ScopeLoad, || -> Result<EvictionOrder> {
+            let mut order = EvictionOrder::default();
+            for r in records.active_of(None, key, None)? {
+                if let Some(seq) = r.seq() {
+                    order.insert(lru_key(&r, seq));
+                }
             }
-        }
+            Ok(order)
+        })?;
         let head = order.head(n);
         self.update(key, scope, |d| d.order = Some(order));
         Ok(head)

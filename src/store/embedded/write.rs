@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::decisions;
 use super::group::Ticket;
 use super::order::LruKey;
+use super::phases::{self, Phase, WriteTally};
 use super::scopes::Scope;
 use super::shared::Shared;
 use super::tx::DedupKeys;
@@ -28,22 +29,40 @@ pub(super) fn write(
     candidates: &[Candidate],
     options: &WriteOptions,
 ) -> Result<WriteCounts> {
+    let tally = WriteTally::start();
+    let counts = write_tallied(s, scope, candidates, options);
+    tally.finish(scope);
+    counts
+}
+
+/// `write`, its phases tallied.
+fn write_tallied(
+    s: &Shared,
+    scope: &ScopeKey,
+    candidates: &[Candidate],
+    options: &WriteOptions,
+) -> Result<WriteCounts> {
     let (valid, cap) = validate_write(scope, candidates, options, s.cap)?;
     if valid.is_empty() && options.tally.is_none() {
         return Ok(WriteCounts::default());
     }
     s.witness.refuse_if_damaged()?;
     let state = s.scopes.get(scope);
-    let guard = state.write.lock();
+    let guard = phases::time(Phase::ScopeLock, || state.write.lock());
     let now = (s.clock)();
-    let meta = s.scope_meta(scope, &state)?;
+    let meta = phases::time(Phase::ScopeLoad, || s.scope_meta(scope, &state))?;
     let at = Target {
         scope,
         state: &state,
         meta: &meta,
     };
-    let (mut plan, mut read) = plan_from_records(s, at, &valid, now, cap)?;
-    if !read_evicted(s, scope, &mut plan, &mut read)? {
+    let planned = phases::time(Phase::Plan, || -> Result<_> {
+        let (mut plan, mut read) = plan_from_records(s, at, &valid, now, cap)?;
+        let complete = read_evicted(s, scope, &mut plan, &mut read)?;
+        Ok((plan, read, complete))
+    });
+    let (mut plan, mut read, complete) = planned?;
+    if !complete {
         // The order in memory named a record that is not active: plan again from an order
         // rebuilt from the records.
         log::warn!("[store] {scope}: the eviction order was behind the records; rebuilt");
@@ -56,10 +75,12 @@ pub(super) fn write(
             ));
         }
     }
-    let ticket = apply_plan(s, at, &valid, &plan, read, now, options)?;
+    let ticket = phases::time(Phase::Build, || {
+        apply_plan(s, at, &valid, &plan, read, now, options)
+    })?;
     drop(guard);
-    s.group.wait_durable(ticket)?;
-    s.queue.backpressure();
+    phases::time(Phase::Durable, || s.group.wait_durable(ticket))?;
+    phases::time(Phase::Backpressure, || s.queue.backpressure());
     Ok(plan.counts)
 }
 

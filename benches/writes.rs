@@ -1,0 +1,361 @@
+//! Durable writes beside SQLite + FTS5 (the reference Worker's layout: one database per scope
+//! with its schema, `synchronous=FULL`), and beside the disk's floor, in one run.
+//!
+//! 1. The floor: a raw 4 KiB append and `fdatasync` in the store's directory, the least a
+//!    durable write costs on this disk.
+//! 2. One durable write at a time (a reflection of 4 candidates: two new lessons, a
+//!    restatement, a repeat; one scope of 500 records at its cap): p50 / p99 of each engine, and
+//!    lessons' p50 in floors.
+//! 3. Sustained writes: 8 writer threads on random scopes of a store of `RECORDS` records (500
+//!    per scope, every scope at its cap), `SECONDS` per engine: the rate, p50, p99 and p99 ÷ p50
+//!    of each engine.
+//! 4. Where lessons' slowest writes went: the phases of the writes above its p95 (their share of
+//!    those writes' time, off-CPU waits included), beside the median write's.
+//!
+//! Each row says how much CPU time the machine's hypervisor stole while it ran (`/proc/stat`):
+//! on a shared host the tail moves with it.
+//!
+//! `cargo bench --bench writes` (`LESSONS_WRITES_RECORDS=1000000` for the large store,
+//! `LESSONS_WRITES_SECONDS=N` per sustained phase, default 20; the stores go in `TMPDIR`, which
+//! must be on the disk being measured).
+
+// A harness: a panic is its failure report (see Cargo.toml's lint policy).
+#![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
+mod support;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lessons::internals::{last_write, WritePhases};
+use lessons::store::Clock;
+use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
+use support::{records, text, vocabulary, Rng, SqliteScope, NOW};
+
+const ACTIVE: usize = 500;
+const THREADS: usize = 8;
+const SINGLE_WRITES: usize = 2_000;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn clock() -> Clock {
+    // A clock that moves, so recency and usage keys behave as in production.
+    let start = Instant::now();
+    Arc::new(move || NOW + start.elapsed().as_millis() as i64)
+}
+
+/// The CPU time the hypervisor stole, as a share of all CPU time, between two readings.
+struct Steal(u64, u64);
+
+impl Steal {
+    fn now() -> Steal {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        Steal(cpu.get(7).copied().unwrap_or(0), cpu.iter().sum())
+    }
+
+    fn since(&self) -> String {
+        let now = Steal::now();
+        let total = now.1.saturating_sub(self.1);
+        if total == 0 {
+            return "n/a".into();
+        }
+        format!(
+            "{:.1}%",
+            100.0 * now.0.saturating_sub(self.0) as f64 / total as f64
+        )
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// p50, p99 of `samples`.
+fn p50_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (percentile(&samples, 0.5), percentile(&samples, 0.99))
+}
+
+/// A raw 4 KiB append and `fdatasync`, `n` times, in `dir`.
+fn floor(dir: &Path, n: usize) -> (Duration, Duration) {
+    let path = dir.join("floor.bin");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("floor file");
+    let block = [0x5au8; 4096];
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        file.write_all(&block).expect("append");
+        file.sync_data().expect("fdatasync");
+        samples.push(t.elapsed());
+    }
+    drop(file);
+    std::fs::remove_file(path).expect("remove");
+    p50_p99(samples)
+}
+
+/// A reflection to `s`: two new lessons, a restatement of an active record, a repeat.
+fn candidates(rng: &mut Rng, words: &[&str], s: &ScopeKey, next: u64) -> Vec<Candidate> {
+    // The restated record: one of the newest 250 (older ones may have been evicted).
+    let target = next.saturating_sub(1 + rng.below(250) as u64);
+    vec![
+        Candidate::fact(text(rng, words, 320), "bench"),
+        Candidate::fact(text(rng, words, 320), "bench"),
+        Candidate::fact("a paraphrase", "bench").restating(s.record_id(target)),
+        Candidate::fact("the same lesson again", "bench"),
+    ]
+}
+
+fn sqlite_reflection(c: &[Candidate]) -> Vec<(String, Option<String>)> {
+    c.iter()
+        .map(|c| (c.text.clone(), c.restates.clone()))
+        .collect()
+}
+
+/// A store of `scopes` scopes of 500 records each, in both engines.
+struct Stores {
+    lessons: Arc<EmbeddedStore>,
+    sqlite: Arc<Vec<parking_lot::Mutex<SqliteScope>>>,
+    keys: Arc<Vec<ScopeKey>>,
+    /// Each scope's next sequence number, as the writes advance it (for restatements).
+    next: Arc<Vec<std::sync::atomic::AtomicU64>>,
+}
+
+fn stores(dir: &Path, scopes: usize) -> Stores {
+    let keys: Vec<ScopeKey> = (0..scopes)
+        .map(|i| ScopeKey::parse(&format!("repo:org{}/svc{i}", i % 23)).expect("valid"))
+        .collect();
+    let lessons = EmbeddedStore::builder()
+        .clock(clock())
+        .open(dir.join("lessons"))
+        .expect("open");
+    let mut sqlite = Vec::new();
+    let mut rng = Rng(0x5ca1e);
+    let started = Instant::now();
+    for (i, s) in keys.iter().enumerate() {
+        let rs = records(&mut rng, s, ACTIVE, 0);
+        lessons.import(&rs).expect("import");
+        let mut db = SqliteScope::open(&dir.join(format!("s{i}.sqlite")), s.clone(), true);
+        db.load(&rs);
+        sqlite.push(parking_lot::Mutex::new(db));
+    }
+    lessons.flush().expect("flush");
+    eprintln!(
+        "loaded {} records in {scopes} scopes into both engines in {:.0} s",
+        scopes * ACTIVE,
+        started.elapsed().as_secs_f64()
+    );
+    Stores {
+        lessons: Arc::new(lessons),
+        sqlite: Arc::new(sqlite),
+        keys: Arc::new(keys),
+        next: Arc::new(
+            (0..scopes)
+                .map(|_| std::sync::atomic::AtomicU64::new(ACTIVE as u64))
+                .collect(),
+        ),
+    }
+}
+
+/// A write to scope `s` (an index into the scopes), answering lessons' phases of it.
+type Op = Arc<dyn Fn(&mut Rng, usize) -> Option<WritePhases> + Send + Sync>;
+
+/// One timed write: its latency and, for lessons, its phases.
+type Sample = (Duration, Option<WritePhases>);
+
+/// Runs `op` on `threads` threads, each on random scopes of `scopes`, for `phase`: the rate
+/// and every sample.
+fn drive(threads: usize, scopes: usize, phase: Duration, op: Op) -> (f64, Vec<Sample>) {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|k| {
+            let op = Arc::clone(&op);
+            std::thread::spawn(move || {
+                let mut rng = Rng(1_000 + k as u64);
+                let mut samples = Vec::new();
+                while start.elapsed() < phase {
+                    let s = rng.below(scopes);
+                    let t = Instant::now();
+                    let phases = op(&mut rng, s);
+                    samples.push((t.elapsed(), phases));
+                }
+                samples
+            })
+        })
+        .collect();
+    let samples: Vec<Sample> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("writer"))
+        .collect();
+    (
+        samples.len() as f64 / start.elapsed().as_secs_f64(),
+        samples,
+    )
+}
+
+/// lessons' write to scope `s`, and its phases.
+fn lessons_op(st: &Stores) -> Op {
+    let (store, keys, next) = (
+        Arc::clone(&st.lessons),
+        Arc::clone(&st.keys),
+        Arc::clone(&st.next),
+    );
+    let words = vocabulary();
+    Arc::new(move |rng: &mut Rng, s: usize| {
+        let n = next[s].load(std::sync::atomic::Ordering::Relaxed);
+        let cs = candidates(rng, &words, &keys[s], n);
+        let counts = store
+            .write(&keys[s], &cs, &WriteOptions::default())
+            .expect("write");
+        next[s].fetch_add(counts.inserted, std::sync::atomic::Ordering::Relaxed);
+        Some(last_write())
+    })
+}
+
+/// SQLite's write of the same reflection to scope `s`.
+fn sqlite_op(st: &Stores) -> Op {
+    let (dbs, keys) = (Arc::clone(&st.sqlite), Arc::clone(&st.keys));
+    let words = vocabulary();
+    Arc::new(move |rng: &mut Rng, s: usize| {
+        let cs = candidates(rng, &words, &keys[s], ACTIVE as u64);
+        let now = NOW + rng.below(1_000_000) as i64;
+        dbs[s].lock().write(&sqlite_reflection(&cs), now, ACTIVE);
+        None
+    })
+}
+
+/// The phases' shares of the summed time of `samples`.
+fn shares(samples: &[&WritePhases]) -> Vec<(&'static str, f64)> {
+    let total: f64 = samples.iter().map(|p| p.total.as_secs_f64()).sum();
+    let mut out: Vec<(&'static str, f64)> = WritePhases::default()
+        .named()
+        .iter()
+        .map(|(name, _)| (*name, 0.0))
+        .collect();
+    for p in samples {
+        for (slot, (_, d)) in out.iter_mut().zip(p.named()) {
+            slot.1 += d.as_secs_f64();
+        }
+    }
+    let named: f64 = out.iter().map(|(_, v)| v).sum();
+    out.push(("(unnamed)", (total - named).max(0.0)));
+    for slot in &mut out {
+        slot.1 = if total > 0.0 { slot.1 / total } else { 0.0 };
+    }
+    out
+}
+
+fn main() {
+    let records_total = env("LESSONS_WRITES_RECORDS", 200_000);
+    let seconds = env("LESSONS_WRITES_SECONDS", 20);
+    let scopes = (records_total / ACTIVE).max(1);
+    // The system's temporary directory (`TMPDIR`): it must be on the disk measured, not tmpfs.
+    let dir = tempfile::tempdir().expect("dir");
+    let st = stores(dir.path(), scopes);
+
+    println!("\nDurable writes: lessons beside SQLite + FTS5 (`synchronous=FULL`) and the disk's floor\n");
+    println!("| row | lessons | SQLite | lessons ÷ SQLite | steal |");
+    println!("|---|---|---|---|---|");
+
+    let steal = Steal::now();
+    let (floor50, floor99) = floor(dir.path(), SINGLE_WRITES);
+    println!(
+        "| the floor: 4 KiB append + fdatasync, p50 / p99 | {} / {} | | | {} |",
+        ms(floor50),
+        ms(floor99),
+        steal.since()
+    );
+
+    // One writer, one scope at its cap.
+    let steal = Steal::now();
+    let single = |op: Op| {
+        let mut rng = Rng(7);
+        let samples: Vec<Duration> = (0..SINGLE_WRITES)
+            .map(|_| {
+                let t = Instant::now();
+                op(&mut rng, 0);
+                t.elapsed()
+            })
+            .collect();
+        p50_p99(samples)
+    };
+    let ours = single(lessons_op(&st));
+    let base = single(sqlite_op(&st));
+    println!(
+        "| one durable write (4 candidates, a scope at its cap), p50 / p99 | {} / {} ({:.1} floors at p50) | {} / {} ({:.1} floors) | {:.2}× / {:.2}× | {} |",
+        ms(ours.0),
+        ms(ours.1),
+        ours.0.as_secs_f64() / floor50.as_secs_f64(),
+        ms(base.0),
+        ms(base.1),
+        base.0.as_secs_f64() / floor50.as_secs_f64(),
+        ours.0.as_secs_f64() / base.0.as_secs_f64(),
+        ours.1.as_secs_f64() / base.1.as_secs_f64(),
+        steal.since()
+    );
+
+    let phase = Duration::from_secs(seconds as u64);
+    let steal = Steal::now();
+    let (ours_rate, ours_samples) = drive(THREADS, scopes, phase, lessons_op(&st));
+    let ours_steal = steal.since();
+    let steal = Steal::now();
+    let (base_rate, base_samples) = drive(THREADS, scopes, phase, sqlite_op(&st));
+    let base_steal = steal.since();
+    let (o50, o99) = p50_p99(ours_samples.iter().map(|s| s.0).collect());
+    let (b50, b99) = p50_p99(base_samples.iter().map(|s| s.0).collect());
+    println!(
+        "| {THREADS} writers at {records_total} records ({scopes} scopes, {seconds} s): rate | {ours_rate:.0}/s | {base_rate:.0}/s | {:.2}× | {ours_steal} / {base_steal} |",
+        ours_rate / base_rate
+    );
+    println!(
+        "| … p50 / p99 (p99 ÷ p50) | {} / {} ({:.1}×) | {} / {} ({:.1}×) | {:.2}× / {:.2}× | |",
+        ms(o50),
+        ms(o99),
+        o99.as_secs_f64() / o50.as_secs_f64(),
+        ms(b50),
+        ms(b99),
+        b99.as_secs_f64() / b50.as_secs_f64(),
+        o50.as_secs_f64() / b50.as_secs_f64(),
+        o99.as_secs_f64() / b99.as_secs_f64()
+    );
+
+    // Where the slowest writes went.
+    let mut phases: Vec<&WritePhases> = ours_samples.iter().filter_map(|s| s.1.as_ref()).collect();
+    phases.sort_by_key(|p| p.total);
+    let p95 = percentile(&phases.iter().map(|p| p.total).collect::<Vec<_>>(), 0.95);
+    let slow: Vec<&WritePhases> = phases.iter().copied().filter(|p| p.total > p95).collect();
+    let mid = phases.len() / 2;
+    let median: Vec<&WritePhases> =
+        phases[mid.saturating_sub(50)..(mid + 50).min(phases.len())].to_vec();
+    println!(
+        "\nWhere lessons' writes spent their time, {THREADS} writers at {records_total} records: the {} writes above p95 ({}) beside the 100 around p50\n",
+        slow.len(),
+        ms(p95)
+    );
+    println!("| phase | above p95 | around p50 |");
+    println!("|---|---|---|");
+    for ((name, s), (_, m)) in shares(&slow).into_iter().zip(shares(&median)) {
+        println!("| {name} | {:.1}% | {:.1}% |", 100.0 * s, 100.0 * m);
+    }
+}
