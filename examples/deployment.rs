@@ -7,12 +7,16 @@
 //! repository (one run in five to the organization): new lessons, a repeat of a recent text
 //! (a dedup) and, one run in three, a restatement of a record its window showed. Every minute
 //! an operator's `/review` (7 days, every scope), `/export` (read to the end) and `/sweep` of
-//! one scope. No restart. At the end the server is killed with `kill -9`.
+//! one scope. No restart. At the end the workers stop and the server is killed with `kill -9`
+//! (no clean close: memtables unflushed), then `lessons doctor` checks the store and `lessons
+//! export` must hold every new text of every acknowledged write.
 //!
 //! Printed each minute: runs/s, inserted records/s, the server's resident memory (and its
-//! anonymous part), the slowest request of each route, and how many took over 1 s. At the end:
+//! anonymous part), what the server says it holds (`/metrics`: memtables, block cache, scope
+//! map, index backlog), the slowest request of each route, and how many took over 1 s. At the end:
 //! the resident memory at 10 minutes and at the end, its growth per minute over the last 15
-//! minutes (least squares over 10-second samples), and every request over 1 s.
+//! minutes (least squares over 10-second samples), every request over 1 s, and the check after
+//! the kill.
 //!
 //! `cargo build --release && cargo run --release --example deployment -- [MINUTES] [DIR]`
 //! (default 35 minutes, a temporary directory). The server is the `lessons` binary beside this
@@ -24,7 +28,9 @@
 #[path = "../benches/support/mod.rs"]
 mod support;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,6 +79,8 @@ struct Shared {
     slow: Mutex<Vec<(f64, &'static str, Duration)>>,
     started: Instant,
     requests: AtomicU64,
+    /// A hash of every new text of every acknowledged write: each must be found after the kill.
+    acked: Mutex<HashSet<u64>>,
 }
 
 impl Shared {
@@ -149,12 +157,14 @@ fn worker(shared: &Shared, seed: u64) {
             (repo(r), r)
         };
         let mut records = Vec::new();
+        let mut new = Vec::new();
         for _ in 0..(3 + rng.below(4)) {
             let len = 120 + rng.below(200);
             let t = text(&mut rng, &words, len);
             records.push(
                 json!({"kind": "fact", "text": t, "sourceThreadKey": format!("slack:C{r}:{seed}")}),
             );
+            new.push(hash(&t));
             recent[slot].push_back(t);
             if recent[slot].len() > 64 {
                 recent[slot].pop_front();
@@ -175,6 +185,7 @@ fn worker(shared: &Shared, seed: u64) {
         }
         let counts = shared.post(&agent, 2, &json!({"scopeKey": scope, "records": records}));
         let inserted = counts["inserted"].as_u64().unwrap_or(0);
+        shared.acked.lock().unwrap().extend(new);
         let mut m = shared.minute.lock().unwrap();
         m.runs += 1;
         m.inserted += inserted;
@@ -214,6 +225,84 @@ fn memory(pid: u32) -> (f64, f64) {
     (kb("VmRSS:"), kb("RssAnon:"))
 }
 
+/// What the server says it holds, from `/metrics`: memtables / block cache / scope map, in MB,
+/// and the index changes waiting for a commit.
+fn held(agent: &ureq::Agent, url: &str) -> String {
+    let text = agent
+        .get(format!("{url}/metrics"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let mb = |part: &str| value(&format!("lessons_held_bytes{{part=\"{part}\"}}")) / 1e6;
+    format!(
+        "{:.0} of {:.0} / {:.0} / {:.0} / {:.0} / {:.0}",
+        value("lessons_allocated_bytes") / 1e6,
+        value("lessons_allocator_resident_bytes") / 1e6,
+        mb("memtables"),
+        mb("block_cache"),
+        mb("scope_map"),
+        value("lessons_index_pending_changes")
+    )
+}
+
+fn hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// After the kill: `lessons doctor` on the store, then every record of `lessons export`,
+/// checked against the texts acknowledged.
+fn verify(bin: &std::path::Path, dir: &std::path::Path, acked: &HashSet<u64>) {
+    let doctor = Command::new(bin)
+        .arg("--store")
+        .arg(dir)
+        .arg("doctor")
+        .output()
+        .expect("lessons doctor runs");
+    println!(
+        "doctor after kill -9 (status {}): {}",
+        doctor.status,
+        String::from_utf8_lossy(&doctor.stdout).trim()
+    );
+    let mut export = Command::new(bin)
+        .arg("--store")
+        .arg(dir)
+        .arg("export")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("lessons export runs");
+    let mut found = HashSet::new();
+    let mut records = 0u64;
+    let lines = std::io::BufReader::new(export.stdout.take().expect("its stdout"));
+    for line in lines.lines() {
+        let line = line.expect("a line");
+        if line.starts_with("{\"decision\"") {
+            continue;
+        }
+        let r: Value = serde_json::from_str(&line).expect("a record");
+        records += 1;
+        let h = hash(r["text"].as_str().unwrap_or_default());
+        if acked.contains(&h) {
+            found.insert(h);
+        }
+    }
+    assert!(export.wait().expect("export ends").success());
+    println!(
+        "acknowledged texts found after kill -9: {} of {} ({records} records exported)",
+        found.len(),
+        acked.len()
+    );
+}
+
 /// The slope of `ys` over `xs` by least squares.
 fn slope(points: &[(f64, f64)]) -> f64 {
     let n = points.len() as f64;
@@ -230,7 +319,7 @@ fn slope(points: &[(f64, f64)]) -> f64 {
     }
 }
 
-fn server(dir: &std::path::Path, port: u16) -> Child {
+fn binary() -> PathBuf {
     let bin = std::env::var_os("LESSONS_BIN").map_or_else(
         || {
             let exe = std::env::current_exe().expect("this example's path");
@@ -246,7 +335,11 @@ fn server(dir: &std::path::Path, port: u16) -> Child {
         "{} is missing: `cargo build --release` first",
         bin.display()
     );
-    Command::new(bin)
+    bin
+}
+
+fn server(dir: &std::path::Path, port: u16) -> Child {
+    Command::new(binary())
         .args(["--store"])
         .arg(dir)
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
@@ -284,6 +377,7 @@ fn main() {
         slow: Mutex::new(Vec::new()),
         started: Instant::now(),
         requests: AtomicU64::new(0),
+        acked: Mutex::new(HashSet::new()),
     });
     let mut threads = Vec::new();
     for k in 0..WORKERS {
@@ -295,8 +389,8 @@ fn main() {
         threads.push(std::thread::spawn(move || operator(&s)));
     }
     println!("\nA compressed deployment: {WORKERS} workers, 45 scopes, {minutes} minutes, `lessons serve` as pid {pid}\n");
-    println!("| minute | runs/s | inserted/s | records inserted | RSS MB (anon) | slowest window / retrieve / write / review / export / sweep, ms | over 1 s |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| minute | runs/s | inserted/s | records inserted | RSS MB (anon) | heap MB: allocated of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s |");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut samples: Vec<(f64, f64)> = Vec::new();
     let mut total_inserted = 0u64;
     let mut at_10 = None;
@@ -318,9 +412,10 @@ fn main() {
             .map(|d| format!("{:.0}", d.as_secs_f64() * 1e3))
             .collect();
         println!(
-            "| {m} | {:.0} | {:.0} | {total_inserted} | {rss:.0} ({anon:.0}) | {} | {} |",
+            "| {m} | {:.0} | {:.0} | {total_inserted} | {rss:.0} ({anon:.0}) | {} | {} | {} |",
             minute.runs as f64 / 60.0,
             minute.inserted as f64 / 60.0,
+            held(&probe, &shared.url),
             slowest.join(" / "),
             minute.over.iter().sum::<u64>()
         );
@@ -348,4 +443,6 @@ fn main() {
     }
     child.kill().expect("kill -9");
     child.wait().expect("reaped");
+    let acked = std::mem::take(&mut *shared.acked.lock().unwrap());
+    verify(&binary(), &dir, &acked);
 }

@@ -54,9 +54,19 @@ impl Shape {
     }
 }
 
+/// The allocator the `lessons` binary runs on (see `lessons::allocator`), so the resident sizes
+/// are a server's; `--no-default-features --features cli` measures the system allocator.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Each engine runs in its own child process, so a resident size is that engine's alone and
 /// the writes start from a store opened fresh, as a restarted server's would.
 fn main() {
+    #[cfg(feature = "jemalloc")]
+    for refused in lessons::allocator::tune() {
+        eprintln!("jemalloc refused {refused}");
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [mode, dir, nums @ ..] = args.as_slice() {
         if let Some(mode) = mode.strip_prefix("--child=") {
@@ -289,10 +299,15 @@ fn read_everywhere(
     let t = Instant::now();
     while t.elapsed() < phase {
         std::thread::sleep(phase / 6);
+        let m = store.memory();
         let line = format!(
-            "{} after {} reads",
+            "{} after {} reads (held: scope map {} of {}, block cache {}, memtables {})",
             mb(rss()),
-            reads.load(Ordering::Relaxed)
+            reads.load(Ordering::Relaxed),
+            mb(m.scope_map),
+            mb(m.scope_map_budget),
+            mb(m.block_cache),
+            mb(m.memtables)
         );
         println!("lessons reads: {line}");
         samples.push(line);

@@ -60,6 +60,8 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "jemalloc")]
+pub mod allocator;
 #[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod cli;

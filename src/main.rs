@@ -7,6 +7,15 @@
 
 use std::process::ExitCode;
 
+/// jemalloc, not the system allocator: see `lessons::allocator` for why.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
+    #[cfg(feature = "jemalloc")]
+    for refused in lessons::allocator::tune() {
+        eprintln!("lessons: jemalloc refused {refused}; keeping its default");
+    }
     lessons::cli::run(std::env::args_os())
 }

@@ -114,7 +114,7 @@ pub(crate) struct Config {
     pub cap: Option<usize>,
     /// `"sync"` (fsync before acknowledging; the default) or `"buffered"`.
     pub durability: Option<String>,
-    /// The records' block cache in MiB (default 64).
+    /// The records' block cache in MiB (default 32).
     pub cache_mib: Option<u64>,
     /// Memory on (default) or off: off, `context` prints no block and opens no store.
     pub enabled: Option<bool>,

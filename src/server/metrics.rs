@@ -81,6 +81,7 @@ pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
             "lessons_request_seconds_count{{route=\"{route}\"}} {count}\n"
         ));
     }
+    memory_gauges(&mut out, state.store.memory());
     if let Ok(Ok(days)) = days {
         let mut totals: BTreeMap<String, crate::store::DayCounters> = BTreeMap::new();
         for d in days {
@@ -110,6 +111,66 @@ pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
         out,
     )
         .into_response()
+}
+
+/// The process's resident memory and what the store accounts for of it, by part: the gap is
+/// the allocator's free space, tantivy's merges and searchers, and request buffers.
+fn memory_gauges(out: &mut String, held: Option<crate::store::MemoryUse>) {
+    if let Some(bytes) = resident_bytes() {
+        out.push_str("# HELP lessons_resident_bytes The process's resident memory.\n# TYPE lessons_resident_bytes gauge\n");
+        out.push_str(&format!("lessons_resident_bytes {bytes}\n"));
+    }
+    if let Some((allocated, retained)) = allocator_bytes() {
+        out.push_str("# HELP lessons_allocated_bytes The heap's live allocations (jemalloc's count).\n# TYPE lessons_allocated_bytes gauge\n");
+        out.push_str(&format!("lessons_allocated_bytes {allocated}\n"));
+        out.push_str("# HELP lessons_allocator_resident_bytes The heap's resident pages, live or free (jemalloc's count).\n# TYPE lessons_allocator_resident_bytes gauge\n");
+        out.push_str(&format!("lessons_allocator_resident_bytes {retained}\n"));
+    }
+    let Some(m) = held else { return };
+    out.push_str("# HELP lessons_held_bytes What the store holds in memory, by part.\n# TYPE lessons_held_bytes gauge\n");
+    for (part, bytes) in [
+        ("memtables", m.memtables),
+        ("block_cache", m.block_cache),
+        ("scope_map", m.scope_map),
+        ("index_writer_heap", m.index_writer_heap),
+    ] {
+        out.push_str(&format!("lessons_held_bytes{{part=\"{part}\"}} {bytes}\n"));
+    }
+    out.push_str("# HELP lessons_held_budget_bytes The bound each held part is kept within.\n# TYPE lessons_held_budget_bytes gauge\n");
+    for (part, bytes) in [
+        ("block_cache", m.block_cache_capacity),
+        ("scope_map", m.scope_map_budget),
+        ("index_writer_heap", m.index_writer_heap),
+    ] {
+        out.push_str(&format!(
+            "lessons_held_budget_bytes{{part=\"{part}\"}} {bytes}\n"
+        ));
+    }
+    out.push_str("# HELP lessons_index_pending_changes Index changes waiting for the next commit.\n# TYPE lessons_index_pending_changes gauge\n");
+    out.push_str(&format!(
+        "lessons_index_pending_changes {}\n",
+        m.index_pending_changes
+    ));
+}
+
+/// jemalloc's bytes allocated and its resident pages, when it is built in.
+#[cfg(feature = "jemalloc")]
+fn allocator_bytes() -> Option<(u64, u64)> {
+    crate::allocator::heap_bytes()
+}
+
+#[cfg(not(feature = "jemalloc"))]
+fn allocator_bytes() -> Option<(u64, u64)> {
+    None
+}
+
+/// Resident memory from `/proc/self/status` (its `VmRSS` line, in KiB); `None` where there is no
+/// such file.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// One `[memory] day …` line per scope for `day`: counts only.

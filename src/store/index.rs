@@ -40,7 +40,7 @@ use crate::model::RecordId;
 const TOKENIZER: &str = "lessons_tokens";
 /// The writer's heap: tantivy's minimum per indexing thread is 15 MB; one thread is enough for
 /// documents this small and leaves the second core to the store.
-const WRITER_HEAP: usize = 20_000_000;
+pub(crate) const WRITER_HEAP: usize = 20_000_000;
 
 /// One document to (re)index or remove.
 #[derive(Clone, Debug)]

@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::model::Tally;
 pub use crate::time::{system_clock, Clock, Millis};
-pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFAULT_CACHE_BYTES};
+pub use embedded::{
+    Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, MemoryUse, DEFAULT_CACHE_BYTES,
+};
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
 
@@ -343,6 +345,12 @@ pub trait MemoryStore: Send + Sync {
 
     /// Adds journal entries read from an export; returns how many were added.
     fn import_decisions(&self, entries: &[Decision]) -> Result<u64>;
+
+    /// What the store holds in memory, by part, for `/metrics`; `None` for a store that does
+    /// not account for it (one in memory, one behind a server).
+    fn memory(&self) -> Option<MemoryUse> {
+        None
+    }
 }
 
 /// Validates a write's candidates and cap.

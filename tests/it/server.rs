@@ -383,6 +383,10 @@ fn every_route_answers_the_workers_json() {
         metrics.contains("lessons_memory_rejected_total{scope=\"repo:acme/app\",marker=\"sha\"} 1"),
         "{metrics}"
     );
+    // A store that does not account for its memory (this one is in memory) shows none, and
+    // neither does a heap whose allocator is not jemalloc (this test binary's).
+    assert!(!metrics.contains("lessons_held_bytes"), "{metrics}");
+    assert!(!metrics.contains("lessons_allocated_bytes"), "{metrics}");
     assert_eq!(call(&url, "GET", "/metrics", None, "").0, 401);
 }
 
@@ -560,6 +564,38 @@ fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
     assert_eq!(
         post(&s.url, "/sweep", json!({"scopeKey": "org:acme"}))["swept"],
         1
+    );
+    // What the process holds: its resident memory, jemalloc's heap (the binary's allocator),
+    // and the store's parts beside their bounds.
+    let (status, metrics) = call(&s.url, "GET", "/metrics", Some(TOKEN), "");
+    assert_eq!(status, 200);
+    let gauge = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    let resident = gauge("lessons_resident_bytes");
+    let allocated = gauge("lessons_allocated_bytes");
+    assert!(allocated > 0 && allocated < resident, "{metrics}");
+    assert!(
+        gauge("lessons_held_bytes{part=\"memtables\"}") > 0,
+        "the writes are in memtables"
+    );
+    assert!(
+        gauge("lessons_held_bytes{part=\"scope_map\"}") > 0,
+        "org:acme is held"
+    );
+    assert_eq!(
+        gauge("lessons_held_budget_bytes{part=\"block_cache\"}"),
+        lessons::store::DEFAULT_CACHE_BYTES
+    );
+    assert_eq!(
+        gauge("lessons_held_budget_bytes{part=\"scope_map\"}"),
+        192 << 20
+    );
+    assert!(
+        gauge("lessons_held_bytes{part=\"block_cache\"}") <= lessons::store::DEFAULT_CACHE_BYTES
     );
     // SIGTERM: the process finishes and flushes.
     let pid = s.child.id().to_string();

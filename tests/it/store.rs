@@ -1307,3 +1307,82 @@ fn a_write_tallies_its_phases_and_they_fit_in_its_time() {
     assert_eq!(empty.durable, Duration::ZERO, "{empty:?}");
     assert_eq!(empty.scope_load, Duration::ZERO, "{empty:?}");
 }
+
+#[test]
+fn an_export_gives_each_scope_oldest_first_its_retired_and_active_records_interleaved() {
+    each(|store, _| {
+        let capped = WriteOptions {
+            cap: Some(3),
+            ..WriteOptions::default()
+        };
+        for s in ["repo:acme/app", "repo:acme/web"] {
+            let key = scope(s);
+            // Eight records through a cap of three: the older ones retire as the newer arrive,
+            // and one in the middle is forgotten, so retired and active alternate in sequence.
+            for i in 0..8 {
+                let text = format!("lesson {i} of {s}: the lint step runs before the type check");
+                store
+                    .write(&key, &[Candidate::fact(text, "t")], &capped)
+                    .expect("write");
+            }
+            assert!(store.forget(&key, &key.record_id(6)).expect("forget"));
+        }
+        let all = crate::util::exported(store);
+        let seqs = |s: &str| -> Vec<u64> {
+            all.iter()
+                .filter(|r| r.scope_key.as_str() == s)
+                .filter_map(|r| r.seq())
+                .collect()
+        };
+        assert_eq!(seqs("repo:acme/app"), (0..8).collect::<Vec<u64>>());
+        assert_eq!(seqs("repo:acme/web"), (0..8).collect::<Vec<u64>>());
+        // Scope by scope: every record of one scope before the next scope's.
+        let first_web = all
+            .iter()
+            .position(|r| r.scope_key.as_str() == "repo:acme/web")
+            .expect("web exported");
+        assert!(all[first_web..]
+            .iter()
+            .all(|r| r.scope_key.as_str() == "repo:acme/web"));
+    });
+}
+
+#[test]
+fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = EmbeddedStore::builder()
+        .durability(Durability::Buffered)
+        .cache_bytes(8 << 20)
+        .scope_cache(16, 4 << 20)
+        .open(dir.path())
+        .expect("open");
+    let before = store.memory();
+    assert_eq!(before.block_cache_capacity, 8 << 20);
+    assert_eq!(before.scope_map_budget, 4 << 20);
+    assert_eq!(before.scope_map, 0, "nothing read yet");
+    let key = scope("repo:acme/app");
+    store
+        .write(
+            &key,
+            &[Candidate::fact(
+                "the lint step runs before the type check",
+                "t",
+            )],
+            &opts(),
+        )
+        .expect("write");
+    store.window(&key, 10).expect("window");
+    let after = store.memory();
+    assert!(after.memtables > before.memtables, "{after:?}");
+    assert!(
+        after.scope_map > 0 && after.scope_map <= after.scope_map_budget,
+        "{after:?}"
+    );
+    assert!(after.block_cache <= after.block_cache_capacity, "{after:?}");
+    assert!(after.index_writer_heap > 0);
+    // The trait's view of the same store, as `/metrics` reads it.
+    assert_eq!(
+        MemoryStore::memory(&store).map(|m| m.scope_map_budget),
+        Some(4 << 20)
+    );
+}

@@ -65,6 +65,29 @@ pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
 pub(crate) use evidence::{read_next_ids, NextIds};
 
+/// What an [`EmbeddedStore`] holds in memory, by part, in bytes: the parts a deployment sizes.
+/// A process holds more (the allocator's free space, tantivy's merges and searchers, request
+/// buffers); `/metrics` shows these beside the process's resident memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// fjall's memtables, the one filling and those sealed and being flushed: written records
+    /// not yet in a table file. Each keyspace seals its memtable at a fixed size.
+    pub memtables: u64,
+    /// The block cache's contents, and the capacity it never exceeds (`cache_bytes`).
+    pub block_cache: u64,
+    /// See `block_cache`.
+    pub block_cache_capacity: u64,
+    /// The scope map's derived state (windows, eviction orders, FTS totals, held searches), as
+    /// counted against its budget, and that budget: scopes nobody uses are dropped above it.
+    pub scope_map: u64,
+    /// See `scope_map`.
+    pub scope_map_budget: u64,
+    /// The keyword index writer's heap (documents staged for the next commit).
+    pub index_writer_heap: u64,
+    /// Index changes waiting for a commit, a count: bounded by the indexer's backpressure.
+    pub index_pending_changes: u64,
+}
+
 /// The embedded store: see the module docs.
 pub struct EmbeddedStore {
     shared: Arc<Shared>,
@@ -179,6 +202,21 @@ impl EmbeddedStore {
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.shared.dir
+    }
+
+    /// What the store holds in memory now, by part (see [`MemoryUse`]).
+    pub fn memory(&self) -> MemoryUse {
+        let s = &*self.shared;
+        let (scope_map, scope_map_budget) = s.scopes.bytes();
+        MemoryUse {
+            memtables: s.records.db().write_buffer_size(),
+            block_cache: s.records.db().cache_size(),
+            block_cache_capacity: s.records.db().cache_capacity(),
+            scope_map: scope_map as u64,
+            scope_map_budget: scope_map_budget as u64,
+            index_writer_heap: crate::store::index::WRITER_HEAP as u64,
+            index_pending_changes: s.queue.pending_changes() as u64,
+        }
     }
 
     /// Commits the keyword index now and makes every acknowledged write durable on disk.

@@ -159,11 +159,22 @@ impl MemoryStore for EmbeddedStore {
         let records = &self.shared.records;
         let snap = records.snapshot();
         for scope in self.scopes()? {
-            let mut all = records.active_of(Some(&snap), &scope, None)?;
-            all.extend(records.retired_of(&snap, &scope)?);
-            all.sort_by_key(|r| r.seq());
-            for r in all {
-                sink(r)?;
+            // Oldest first: the retired records stream in key (sequence) order and the active
+            // ones (at most the cap) are merged in, so an export holds one scope's active
+            // records, never its history, however long the store has lived.
+            let mut active = records.active_of(Some(&snap), &scope, None)?;
+            active.sort_unstable_by_key(|r| std::cmp::Reverse(r.seq()));
+            for retired in records.retired_of(&snap, &scope) {
+                let retired = retired?;
+                while active.last().is_some_and(|a| a.seq() < retired.seq()) {
+                    if let Some(a) = active.pop() {
+                        sink(a)?;
+                    }
+                }
+                sink(retired)?;
+            }
+            while let Some(a) = active.pop() {
+                sink(a)?;
             }
         }
         Ok(())
@@ -228,6 +239,10 @@ impl MemoryStore for EmbeddedStore {
 
     fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
         self.shared.journal.export(sink)
+    }
+
+    fn memory(&self) -> Option<crate::store::MemoryUse> {
+        Some(EmbeddedStore::memory(self))
     }
 
     fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {

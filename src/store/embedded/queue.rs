@@ -143,6 +143,11 @@ impl IndexQueue {
         }
     }
 
+    /// How many index changes wait for a commit (each holds its record's FTS body until then).
+    pub(super) fn pending_changes(&self) -> usize {
+        self.ops.lock().changes
+    }
+
     /// The highest operation every lower one of which is added.
     pub(super) fn watermark(&self) -> u64 {
         self.ops.lock().watermark()

@@ -59,17 +59,18 @@ impl Keyspaces {
 /// records, the decision journal). Each memtable flush fsyncs fjall's journal under the lock
 /// every commit takes, and each flush feeds compactions whose writes slow the journal's own
 /// fsyncs: at 8 MiB the decision journal flushed every second under 8 writers and a write's p99
-/// was 9–10× its p50; at 32 MiB it is about 6× and the rate 20% higher (`cargo bench --bench
-/// writes`). The cost: memory (up to 3 × 32 MiB, plus a sealed memtable while it flushes)
-/// and the journal a crash replays (`MAX_JOURNAL_BYTES`).
-const LARGE_MEMTABLE: u64 = 32 << 20;
+/// was 9–10× its p50; at 32 MiB about 6×. 16 MiB is the memory side of that trade: a memtable
+/// holds about 1.4 bytes per byte it counts (skiplist nodes, allocations), and with every
+/// memtable at 32 MiB a long-running server's heap was some 100 MB larger (`cargo run
+/// --example deployment`). Up to 3 × 16 MiB, plus a sealed memtable while it flushes.
+const LARGE_MEMTABLE: u64 = 16 << 20;
 /// The memtable of the other keyspaces (small entries: bookkeeping, counters, keys).
-const SMALL_MEMTABLE: u64 = 8 << 20;
+const SMALL_MEMTABLE: u64 = 4 << 20;
 /// The journal fjall keeps before it flushes the keyspaces that pin the oldest file: above
-/// every memtable's size together (3 × 32 + 6 × 8 MiB), so a journal rotation does not force
+/// every memtable's size together (3 × 16 + 6 × 4 MiB), so a journal rotation does not force
 /// flushes of memtables still filling. An open after a crash replays at most this much
-/// (about 1.4 µs per entry, some 2 s); after a clean close it replays nothing.
-const MAX_JOURNAL_BYTES: u64 = 192 << 20;
+/// (about 1.4 µs per entry, some 1.3 s); after a clean close it replays nothing.
+const MAX_JOURNAL_BYTES: u64 = 128 << 20;
 
 /// The records engine: the database and its keyspaces.
 pub(super) struct Records {
@@ -417,18 +418,19 @@ impl Records {
         })
     }
 
-    /// Every retired record of `scope`, from `snapshot`.
-    pub(super) fn retired_of(
-        &self,
-        snapshot: &fjall::Snapshot,
-        scope: &ScopeKey,
-    ) -> Result<Vec<Record>> {
-        let mut out = Vec::new();
-        for g in snapshot.prefix(&self.ks.retired, codec::scope_key_prefix(scope)) {
-            let v = g.value().map_err(st("reading records"))?;
-            out.push(codec::decode_record(&v, Some(scope))?);
-        }
-        Ok(out)
+    /// Every retired record of `scope`, from `snapshot`, oldest first (their keys end in the
+    /// sequence number, big-endian).
+    pub(super) fn retired_of<'a>(
+        &'a self,
+        snapshot: &'a fjall::Snapshot,
+        scope: &'a ScopeKey,
+    ) -> impl Iterator<Item = Result<Record>> + 'a {
+        snapshot
+            .prefix(&self.ks.retired, codec::scope_key_prefix(scope))
+            .map(move |g| {
+                let v = g.value().map_err(st("reading records"))?;
+                codec::decode_record(&v, Some(scope))
+            })
     }
 
     /// Every active record of every scope, from `snapshot` (without their use: for the index).

@@ -173,6 +173,11 @@ impl Scopes {
         self.search_bytes.load(Ordering::Relaxed) < self.bounds.max_bytes / 2
     }
 
+    /// Bytes of every scope's derived state, as last counted, and the budget they are held to.
+    pub(super) fn bytes(&self) -> (usize, usize) {
+        (self.bytes.load(Ordering::Relaxed), self.bounds.max_bytes)
+    }
+
     /// The scope `key`, created if absent, and marked most recently used; scopes over the
     /// bounds that nobody uses are dropped.
     pub(super) fn get(&self, key: &ScopeKey) -> Arc<Scope> {
