@@ -301,9 +301,12 @@ fn read_everywhere(
         std::thread::sleep(phase / 6);
         let m = store.memory();
         let line = format!(
-            "{} after {} reads (held: scope map {} of {}, block cache {}, memtables {})",
+            "{} after {} reads ({} anonymous, {} file-backed: the index's mapped pages; heap {}; held: scope map {} of {}, block cache {}, memtables {})",
             mb(rss()),
             reads.load(Ordering::Relaxed),
+            mb(status_kb("RssAnon:") * 1024),
+            mb(status_kb("RssFile:") * 1024),
+            heap(),
             mb(m.scope_map),
             mb(m.scope_map_budget),
             mb(m.block_cache),
@@ -432,12 +435,26 @@ fn bytes(p: &Path) -> u64 {
 
 /// This process's resident set, from `/proc/self/status` (0 where there is none).
 fn rss() -> u64 {
+    status_kb("VmRSS:") * 1024
+}
+
+/// A line of `/proc/self/status`, in KiB (0 where there is none).
+fn status_kb(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(key))
                 .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
         })
-        .map_or(0, |kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// jemalloc's live heap and its resident pages, when it is the allocator.
+fn heap() -> String {
+    #[cfg(feature = "jemalloc")]
+    if let Some((allocated, resident)) = lessons::allocator::heap_bytes() {
+        return format!("{} live of {} resident", mb(allocated), mb(resident));
+    }
+    "not counted".to_owned()
 }

@@ -123,7 +123,8 @@ pub(super) struct Bounds {
 impl Default for Bounds {
     /// 16,384 scopes and 192 MiB. A 500-record scope's derived state is about 150 KB without
     /// its held search (50 decoded facts, its eviction order, its FTS totals), and about
-    /// 1.5 MB with it; the searches held take at most half the budget.
+    /// 1.7 MB with it; the searches held take at most half the budget. The counts are
+    /// calibrated against the allocator's (`search.rs`), so the budget bounds the heap.
     fn default() -> Bounds {
         Bounds {
             max_scopes: 16_384,
