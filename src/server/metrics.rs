@@ -120,11 +120,11 @@ fn memory_gauges(out: &mut String, held: Option<crate::store::MemoryUse>) {
         out.push_str("# HELP lessons_resident_bytes The process's resident memory.\n# TYPE lessons_resident_bytes gauge\n");
         out.push_str(&format!("lessons_resident_bytes {bytes}\n"));
     }
-    if let Some((allocated, retained)) = allocator_bytes() {
+    if let Some((allocated, resident)) = allocator_bytes() {
         out.push_str("# HELP lessons_allocated_bytes The heap's live allocations (jemalloc's count).\n# TYPE lessons_allocated_bytes gauge\n");
         out.push_str(&format!("lessons_allocated_bytes {allocated}\n"));
         out.push_str("# HELP lessons_allocator_resident_bytes The heap's resident pages, live or free (jemalloc's count).\n# TYPE lessons_allocator_resident_bytes gauge\n");
-        out.push_str(&format!("lessons_allocator_resident_bytes {retained}\n"));
+        out.push_str(&format!("lessons_allocator_resident_bytes {resident}\n"));
     }
     let Some(m) = held else { return };
     out.push_str("# HELP lessons_held_bytes What the store holds in memory, by part.\n# TYPE lessons_held_bytes gauge\n");

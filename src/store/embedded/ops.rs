@@ -166,10 +166,8 @@ impl MemoryStore for EmbeddedStore {
             active.sort_unstable_by_key(|r| std::cmp::Reverse(r.seq()));
             for retired in records.retired_of(&snap, &scope) {
                 let retired = retired?;
-                while active.last().is_some_and(|a| a.seq() < retired.seq()) {
-                    if let Some(a) = active.pop() {
-                        sink(a)?;
-                    }
+                while let Some(a) = active.pop_if(|a| a.seq() < retired.seq()) {
+                    sink(a)?;
                 }
                 sink(retired)?;
             }
