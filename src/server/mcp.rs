@@ -219,18 +219,19 @@ impl Lessons {
         let path = route.path();
         let done = match self.calls {
             Calls::Blocking => {
-                tokio::task::spawn_blocking(move || super::routes::execute(&state, path, body))
-                    .await
+                let lanes = &self.state.lanes;
+                let work = move || super::routes::execute(&state, path, body);
+                lanes.call(super::lanes::Lane::of(route), work).await
             }
-            Calls::Inline => Ok(super::routes::execute(&state, path, body)),
+            Calls::Inline => Some(super::routes::execute(&state, path, body)),
         };
         match done {
-            Ok(Ok((text, log))) => {
+            Some(Ok((text, log))) => {
                 log::debug!("[mcp] {path} {log}");
                 Ok(Ok(text))
             }
-            Ok(Err(refusal)) => Ok(Err(refusal.reason().to_owned())),
-            Err(_) => Err(ErrorData::internal_error("the request was cancelled", None)),
+            Some(Err(refusal)) => Ok(Err(refusal.reason().to_owned())),
+            None => Err(ErrorData::internal_error("the request was cancelled", None)),
         }
     }
 }

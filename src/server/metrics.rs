@@ -45,7 +45,12 @@ impl Metrics {
 
 pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
     let worker = Arc::clone(state);
-    let days = tokio::task::spawn_blocking(move || worker.store.stats(i64::MIN)).await;
+    let days = state
+        .lanes
+        .call(super::lanes::Lane::Operator, move || {
+            worker.store.stats(i64::MIN)
+        })
+        .await;
     let mut out = String::new();
     out.push_str("# HELP lessons_requests_total Requests by route and status.\n# TYPE lessons_requests_total counter\n");
     let (requests, latency) = {
@@ -82,7 +87,7 @@ pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
         ));
     }
     memory_gauges(&mut out, state.store.memory());
-    if let Ok(Ok(days)) = days {
+    if let Some(Ok(days)) = days {
         let mut totals: BTreeMap<String, crate::store::DayCounters> = BTreeMap::new();
         for d in days {
             totals

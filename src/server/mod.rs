@@ -14,6 +14,7 @@ mod answer;
 mod auth;
 mod conn;
 mod handler;
+mod lanes;
 #[cfg(feature = "mcp")]
 pub(crate) mod mcp;
 pub(crate) mod metrics;
@@ -63,6 +64,8 @@ pub struct AppState {
     failed: tokio::sync::Notify,
     /// Exports streaming now (each holds a thread and a snapshot).
     exports: std::sync::atomic::AtomicUsize,
+    /// The threads store calls run on, by lane.
+    lanes: lanes::Lanes,
 }
 
 /// Exports that may stream at once; each runs on its own thread, off the store threads.
@@ -105,6 +108,7 @@ impl AppState {
             failure: Mutex::new(None),
             failed: tokio::sync::Notify::new(),
             exports: std::sync::atomic::AtomicUsize::new(0),
+            lanes: lanes::Lanes::new(),
         })
     }
 
@@ -159,9 +163,12 @@ pub async fn serve(
             if now != today {
                 let store = Arc::clone(&rollup_state.store);
                 let finished = today;
-                if let Ok(Ok(lines)) =
-                    tokio::task::spawn_blocking(move || rollup_lines(store.as_ref(), finished))
-                        .await
+                if let Some(Ok(lines)) = rollup_state
+                    .lanes
+                    .call(lanes::Lane::Operator, move || {
+                        rollup_lines(store.as_ref(), finished)
+                    })
+                    .await
                 {
                     for line in lines {
                         log::info!("{line}");
@@ -210,15 +217,11 @@ async fn shutdown_signal() {
     log::warn!("[http] shutting down: finishing in-flight requests");
 }
 
-/// Store calls at once: a few per core. More blocking threads only oversubscribe the cores (the
-/// store's work is CPU and fsync, not waiting), which measured as a longer latency tail.
-pub(crate) const STORE_THREADS: usize = 3;
-
-/// The server's runtime: async workers per core, and a small pool for store calls.
+/// The server's runtime: async workers per core, and a small pool for store calls (its lanes').
 pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(STORE_THREADS)
+        .max_blocking_threads(lanes::BLOCKING_THREADS)
         .build()
 }
 

@@ -441,6 +441,14 @@ fn a_slow_export_reader_gets_every_record() {
         .expect("send");
     // The reader stalls far longer than the idle timeout while 8 MB wait to be read.
     std::thread::sleep(Duration::from_secs(6));
+    // Meanwhile the export's thread waits to send, at a lower CPU priority than the calls of
+    // runs (Linux gives each thread a nice value of its own).
+    #[cfg(target_os = "linux")]
+    assert_eq!(
+        thread_nice(child.id(), "lessons-export"),
+        Some(10),
+        "the export thread yields the cores"
+    );
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
     let mut raw = Vec::new();
@@ -457,6 +465,26 @@ fn a_slow_export_reader_gets_every_record() {
         2_000,
         "every record arrives"
     );
+}
+
+/// The nice value of `pid`'s thread named `name`, from `/proc/PID/task/TID/stat` (the 19th
+/// field; the name, in parentheses, may hold spaces, so fields are counted after it).
+#[cfg(target_os = "linux")]
+fn thread_nice(pid: u32, name: &str) -> Option<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks.flatten().find_map(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        if stat.get(open + 1..close)? != name {
+            return None;
+        }
+        stat.get(close + 1..)?
+            .split_whitespace()
+            .nth(16)?
+            .parse()
+            .ok()
+    })
 }
 
 fn server_over(store: Arc<dyn MemoryStore>) -> Background {
