@@ -243,8 +243,9 @@ fn held(agent: &ureq::Agent, url: &str) -> String {
     };
     let mb = |part: &str| value(&format!("lessons_held_bytes{{part=\"{part}\"}}")) / 1e6;
     format!(
-        "{:.0} of {:.0} / {:.0} / {:.0} / {:.0} / {:.0}",
+        "{:.0} in {:.0} of {:.0} / {:.0} / {:.0} / {:.0} / {:.0}",
         value("lessons_allocated_bytes") / 1e6,
+        value("lessons_allocator_active_bytes") / 1e6,
         value("lessons_allocator_resident_bytes") / 1e6,
         mb("memtables"),
         mb("block_cache"),
@@ -389,7 +390,7 @@ fn main() {
         threads.push(std::thread::spawn(move || operator(&s)));
     }
     println!("\nA compressed deployment: {WORKERS} workers, 45 scopes, {minutes} minutes, `lessons serve` as pid {pid}\n");
-    println!("| minute | runs/s | inserted/s | records inserted | RSS MB (anon) | heap MB: allocated of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s |");
+    println!("| minute | runs/s | inserted/s | records inserted | RSS MB (anon) | heap MB: allocated in active of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut samples: Vec<(f64, f64)> = Vec::new();
     let mut total_inserted = 0u64;

@@ -450,11 +450,16 @@ fn status_kb(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// jemalloc's live heap and its resident pages, when it is the allocator.
+/// jemalloc's live heap, its pages in use and its resident pages, when it is the allocator.
 fn heap() -> String {
     #[cfg(feature = "jemalloc")]
-    if let Some((allocated, resident)) = lessons::allocator::heap_bytes() {
-        return format!("{} live of {} resident", mb(allocated), mb(resident));
+    if let Some(h) = lessons::allocator::heap() {
+        return format!(
+            "{} live in {} active of {} resident",
+            mb(h.allocated),
+            mb(h.active),
+            mb(h.resident)
+        );
     }
     "not counted".to_owned()
 }

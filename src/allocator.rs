@@ -33,7 +33,7 @@ const DIRTY_DECAY_MS: isize = 200;
 /// as resident until the kernel wants it). Answers the settings jemalloc refused, each with its
 /// reason; each is left at its default: slower to give back, nothing worse. Call it before a
 /// logger exists, so it logs nothing itself. Call it only where jemalloc is the global
-/// allocator: it also says so to [`heap_bytes`].
+/// allocator: it also says so to [`heap`].
 pub fn tune() -> Vec<String> {
     IN_USE.store(true, Ordering::Relaxed);
     let mut refused = Vec::new();
@@ -54,15 +54,31 @@ pub fn tune() -> Vec<String> {
     refused
 }
 
-/// jemalloc's bytes allocated (live) and its resident pages (live, free and its own
-/// bookkeeping), refreshed first: its counts are a snapshot taken at an epoch. `None` before
-/// [`tune`] (jemalloc may not be the allocator) or if it does not answer.
-pub fn heap_bytes() -> Option<(u64, u64)> {
+/// jemalloc's counts of the heap, in bytes, each a snapshot taken at one epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heap {
+    /// Live allocations.
+    pub allocated: u64,
+    /// Pages holding at least one live allocation: `active - allocated` is the free space
+    /// inside pages still in use (fragmentation).
+    pub active: u64,
+    /// jemalloc's own bookkeeping.
+    pub metadata: u64,
+    /// Resident pages: active, bookkeeping, and freed pages not yet given back.
+    pub resident: u64,
+}
+
+/// jemalloc's counts, refreshed first. `None` before [`tune`] (jemalloc may not be the
+/// allocator) or if it does not answer.
+pub fn heap() -> Option<Heap> {
     if !IN_USE.load(Ordering::Relaxed) {
         return None;
     }
     epoch::advance().ok()?;
-    let allocated = stats::allocated::read().ok()?;
-    let resident = stats::resident::read().ok()?;
-    Some((allocated as u64, resident as u64))
+    Some(Heap {
+        allocated: stats::allocated::read().ok()? as u64,
+        active: stats::active::read().ok()? as u64,
+        metadata: stats::metadata::read().ok()? as u64,
+        resident: stats::resident::read().ok()? as u64,
+    })
 }

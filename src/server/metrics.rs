@@ -125,11 +125,35 @@ fn memory_gauges(out: &mut String, held: Option<crate::store::MemoryUse>) {
         out.push_str("# HELP lessons_resident_bytes The process's resident memory.\n# TYPE lessons_resident_bytes gauge\n");
         out.push_str(&format!("lessons_resident_bytes {bytes}\n"));
     }
-    if let Some((allocated, resident)) = allocator_bytes() {
-        out.push_str("# HELP lessons_allocated_bytes The heap's live allocations (jemalloc's count).\n# TYPE lessons_allocated_bytes gauge\n");
-        out.push_str(&format!("lessons_allocated_bytes {allocated}\n"));
-        out.push_str("# HELP lessons_allocator_resident_bytes The heap's resident pages, live or free (jemalloc's count).\n# TYPE lessons_allocator_resident_bytes gauge\n");
-        out.push_str(&format!("lessons_allocator_resident_bytes {resident}\n"));
+    // jemalloc's counts, when it is built in.
+    #[cfg(feature = "jemalloc")]
+    if let Some(heap) = crate::allocator::heap() {
+        for (name, help, bytes) in [
+            (
+                "lessons_allocated_bytes",
+                "The heap's live allocations (jemalloc's count).",
+                heap.allocated,
+            ),
+            (
+                "lessons_allocator_active_bytes",
+                "The heap's pages holding a live allocation (jemalloc's count).",
+                heap.active,
+            ),
+            (
+                "lessons_allocator_metadata_bytes",
+                "The allocator's own bookkeeping (jemalloc's count).",
+                heap.metadata,
+            ),
+            (
+                "lessons_allocator_resident_bytes",
+                "The heap's resident pages, live or free (jemalloc's count).",
+                heap.resident,
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {bytes}\n"
+            ));
+        }
     }
     let Some(m) = held else { return };
     out.push_str("# HELP lessons_held_bytes What the store holds in memory, by part.\n# TYPE lessons_held_bytes gauge\n");
@@ -156,17 +180,6 @@ fn memory_gauges(out: &mut String, held: Option<crate::store::MemoryUse>) {
         "lessons_index_pending_changes {}\n",
         m.index_pending_changes
     ));
-}
-
-/// jemalloc's bytes allocated and its resident pages, when it is built in.
-#[cfg(feature = "jemalloc")]
-fn allocator_bytes() -> Option<(u64, u64)> {
-    crate::allocator::heap_bytes()
-}
-
-#[cfg(not(feature = "jemalloc"))]
-fn allocator_bytes() -> Option<(u64, u64)> {
-    None
 }
 
 /// Resident memory from `/proc/self/status` (its `VmRSS` line, in KiB); `None` where there is no

@@ -578,6 +578,14 @@ fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
     let resident = gauge("lessons_resident_bytes");
     let allocated = gauge("lessons_allocated_bytes");
     assert!(allocated > 0 && allocated < resident, "{metrics}");
+    // jemalloc's pages in use hold the live heap, and are resident; it keeps books.
+    let active = gauge("lessons_allocator_active_bytes");
+    assert!(allocated <= active, "{metrics}");
+    assert!(
+        active <= gauge("lessons_allocator_resident_bytes"),
+        "{metrics}"
+    );
+    assert!(gauge("lessons_allocator_metadata_bytes") > 0, "{metrics}");
     assert!(
         gauge("lessons_held_bytes{part=\"memtables\"}") > 0,
         "the writes are in memtables"
