@@ -1386,3 +1386,75 @@ fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
         Some(4 << 20)
     );
 }
+
+#[test]
+fn a_long_export_exports_each_record_once_while_records_are_retired_under_it() {
+    // Past the retired records one snapshot reads, the export goes on from a fresh snapshot;
+    // records forgotten meanwhile, one already exported as active and one not yet reached,
+    // each come out once.
+    let dir = tempfile::tempdir().expect("dir");
+    let store = EmbeddedStore::builder()
+        .durability(Durability::Buffered)
+        .open(dir.path())
+        .expect("open");
+    let key = scope("repo:acme/app");
+    const N: u64 = 50_000;
+    let active = |seq: u64| seq % 1_000 == 999;
+    let records: Vec<lessons::Record> = (0..N)
+        .map(|seq| lessons::Record {
+            id: key.record_id(seq),
+            scope_key: key.clone(),
+            kind: Kind::Fact,
+            text: format!("lesson {seq}: the lint step runs before the type check"),
+            keywords: Default::default(),
+            source_thread_key: "t".to_owned(),
+            source_run_id: None,
+            provenance: None,
+            created_at: T0 + seq as i64,
+            last_used_at: None,
+            use_count: 0,
+            confidence: Some(1.0),
+            supersedes: None,
+            status: if active(seq) {
+                Status::Active
+            } else {
+                Status::Evicted
+            },
+            dedup_key: true,
+        })
+        .collect();
+    for chunk in records.chunks(5_000) {
+        store.import(chunk).expect("import");
+    }
+    let (behind, ahead) = (key.record_id(10_999), key.record_id(45_999));
+    let mut out: Vec<lessons::Record> = Vec::new();
+    store
+        .export(&mut |r| {
+            out.push(r);
+            if out.len() == 30_000 {
+                assert!(store.forget(&key, &behind).expect("forget behind"));
+                assert!(store.forget(&key, &ahead).expect("forget ahead"));
+            }
+            Ok(())
+        })
+        .expect("export");
+    let seqs: Vec<u64> = out.iter().filter_map(|r| r.seq()).collect();
+    assert_eq!(
+        seqs,
+        (0..N).collect::<Vec<u64>>(),
+        "each record once, in order"
+    );
+    let status = |id: &str| out.iter().find(|r| r.id == id).map(|r| r.status);
+    assert_eq!(
+        status(&behind),
+        Some(Status::Active),
+        "exported before it was forgotten"
+    );
+    assert_eq!(
+        status(&ahead),
+        Some(Status::Forgotten),
+        "reached after it was forgotten"
+    );
+    let actives = out.iter().filter(|r| r.status == Status::Active).count();
+    assert_eq!(actives as u64, N / 1_000 - 1);
+}

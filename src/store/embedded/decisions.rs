@@ -290,10 +290,13 @@ impl DecisionJournal {
     }
 
     /// Every entry, scope by scope, oldest first within a scope, so an import (which numbers
-    /// entries in the order it reads them) keeps their order.
+    /// entries in the order it reads them) keeps their order. Each scope is read from a
+    /// snapshot of its own: a snapshot keeps every memtable written after it in memory until it
+    /// is dropped, and one scope's journal is bounded by the cap while the whole store's is not.
     pub(super) fn export(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
-        let snap = self.db.snapshot();
-        for scope in self.scopes(&snap)? {
+        let scopes = self.scopes(&self.db.snapshot())?;
+        for scope in scopes {
+            let snap = self.db.snapshot();
             let all = &DecisionEvent::ALL[..];
             for entry in self.merged(Some(&snap), &scope, all, Order::OldestFirst, true) {
                 let (_, v) = entry?;

@@ -19,6 +19,10 @@ use crate::store::{
 };
 use crate::time::format_day;
 
+/// Retired records an export reads from one snapshot: a few seconds of reading, so the
+/// memtables it keeps alive stay within tens of megabytes under a busy writer.
+const EXPORT_SNAPSHOT_RECORDS: usize = 20_000;
+
 impl MemoryStore for EmbeddedStore {
     fn write(
         &self,
@@ -160,19 +164,39 @@ impl MemoryStore for EmbeddedStore {
 
     fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
         let records = &self.shared.records;
-        let snap = records.snapshot();
         for scope in self.scopes()? {
             // Oldest first: the retired records stream in key (sequence) order and the active
             // ones (at most the cap) are merged in, so an export holds one scope's active
             // records, never its history, however long the store has lived.
+            let mut snap = records.snapshot();
             let mut active = records.active_of(Some(&snap), &scope, None)?;
             active.sort_unstable_by_key(|r| std::cmp::Reverse(r.seq()));
-            for retired in records.retired_of(&snap, &scope) {
-                let retired = retired?;
-                while let Some(a) = active.pop_if(|a| a.seq() < retired.seq()) {
-                    sink(a)?;
+            // A snapshot keeps every memtable written after it in memory until it is dropped,
+            // so the history is read from a fresh one every `EXPORT_SNAPSHOT_RECORDS`, on from
+            // the last key read. A record retired since the active ones were read then shows
+            // in its retired state only; one already exported as active is behind the last
+            // key and is not read again. Either way each record is exported once.
+            let mut after = None;
+            loop {
+                let mut read = 0;
+                for retired in records.retired_of(&snap, &scope, after.take()) {
+                    let (key, retired) = retired?;
+                    while let Some(a) = active.pop_if(|a| a.seq() <= retired.seq()) {
+                        if a.seq() != retired.seq() {
+                            sink(a)?;
+                        }
+                    }
+                    sink(retired)?;
+                    after = Some(key);
+                    read += 1;
+                    if read == EXPORT_SNAPSHOT_RECORDS {
+                        break;
+                    }
                 }
-                sink(retired)?;
+                if read < EXPORT_SNAPSHOT_RECORDS {
+                    break;
+                }
+                snap = records.snapshot();
             }
             while let Some(a) = active.pop() {
                 sink(a)?;

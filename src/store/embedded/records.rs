@@ -418,18 +418,24 @@ impl Records {
         })
     }
 
-    /// Every retired record of `scope`, from `snapshot`, oldest first (their keys end in the
-    /// sequence number, big-endian).
+    /// `scope`'s retired records from `snapshot`, oldest first (their keys end in the sequence
+    /// number, big-endian), after the key `after` when given, each with its key.
     pub(super) fn retired_of<'a>(
         &'a self,
         snapshot: &'a fjall::Snapshot,
         scope: &'a ScopeKey,
-    ) -> impl Iterator<Item = Result<Record>> + 'a {
+        after: Option<Vec<u8>>,
+    ) -> impl Iterator<Item = Result<(Vec<u8>, Record)>> + 'a {
+        let start = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Included(codec::scope_key_prefix(scope)),
+        };
+        let end = Bound::Included(codec::retired_key(scope, u64::MAX));
         snapshot
-            .prefix(&self.ks.retired, codec::scope_key_prefix(scope))
+            .range(&self.ks.retired, (start, end))
             .map(move |g| {
-                let v = g.value().map_err(st("reading records"))?;
-                codec::decode_record(&v, Some(scope))
+                let (k, v) = g.into_inner().map_err(st("reading records"))?;
+                Ok((k.to_vec(), codec::decode_record(&v, Some(scope))?))
             })
     }
 
