@@ -11,12 +11,14 @@
 //! (no clean close: memtables unflushed), then `lessons doctor` checks the store and `lessons
 //! export` must hold every new text of every acknowledged write.
 //!
-//! Printed each minute: runs/s, inserted records/s, the server's resident memory (and its
-//! anonymous part), what the server says it holds (`/metrics`: memtables, block cache, scope
-//! map, index backlog), the slowest request of each route, and how many took over 1 s. At the end:
-//! the resident memory at 10 minutes and at the end, its growth per minute over the last 15
-//! minutes (least squares over 10-second samples), every request over 1 s, and the check after
-//! the kill.
+//! Printed each minute: runs/s, inserted records/s, the server's resident memory at the
+//! minute's end (and its anonymous part) and its peak over the minute's one-second samples, what
+//! the server says it holds (`/metrics`: jemalloc's live heap, pages in use and resident pages;
+//! memtables, block cache, scope map, index backlog), the slowest request of each route, and how
+//! many took over 1 s. At the end: the resident memory at 10 minutes and at the end, its peak
+//! over the last 15 minutes and over the whole run (`VmHWM`), its growth per minute over the
+//! last 15 minutes (least squares over one-second samples), every request over 1 s, and the
+//! check after the kill.
 //!
 //! `cargo build --release && cargo run --release --example deployment -- [MINUTES] [DIR]`
 //! (default 35 minutes, a temporary directory). The server is the `lessons` binary beside this
@@ -212,6 +214,13 @@ fn operator(shared: &Shared) {
 
 /// The server's resident and anonymous memory, in MB.
 fn memory(pid: u32) -> (f64, f64) {
+    let (rss, anon, _) = memory_and_peak(pid);
+    (rss, anon)
+}
+
+/// The server's resident and anonymous memory and its resident peak so far (the kernel's high
+/// water mark, `VmHWM`), in MB.
+fn memory_and_peak(pid: u32) -> (f64, f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kb = |key: &str| -> f64 {
         status
@@ -222,7 +231,7 @@ fn memory(pid: u32) -> (f64, f64) {
             .unwrap_or(0.0)
             / 1024.0
     };
-    (kb("VmRSS:"), kb("RssAnon:"))
+    (kb("VmRSS:"), kb("RssAnon:"), kb("VmHWM:"))
 }
 
 /// What the server says it holds, from `/metrics`: memtables / block cache / scope map, in MB,
@@ -252,6 +261,15 @@ fn held(agent: &ureq::Agent, url: &str) -> String {
         mb("scope_map"),
         value("lessons_index_pending_changes")
     )
+}
+
+/// The highest one-second sample of the last 15 minutes, in MB.
+fn last_peak(samples: &[(f64, f64)], minutes: u64) -> f64 {
+    samples
+        .iter()
+        .filter(|(t, _)| *t >= minutes as f64 - 15.0)
+        .map(|(_, rss)| *rss)
+        .fold(0.0, f64::max)
 }
 
 fn hash(text: &str) -> u64 {
@@ -390,15 +408,18 @@ fn main() {
         threads.push(std::thread::spawn(move || operator(&s)));
     }
     println!("\nA compressed deployment: {WORKERS} workers, 45 scopes, {minutes} minutes, `lessons serve` as pid {pid}\n");
-    println!("| minute | runs/s | inserted/s | records inserted | RSS MB (anon) | heap MB: allocated in active of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s |");
+    println!("| minute | runs/s | inserted/s | records inserted | RSS MB at the minute's end (anon), the minute's peak | heap MB: allocated in active of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut samples: Vec<(f64, f64)> = Vec::new();
     let mut total_inserted = 0u64;
     let mut at_10 = None;
     for m in 1..=minutes {
-        for _ in 0..6 {
-            std::thread::sleep(Duration::from_secs(10));
+        // Sampled each second: a minute's peak, not only its last value.
+        let mut peak: f64 = 0.0;
+        for _ in 0..60 {
+            std::thread::sleep(Duration::from_secs(1));
             let (rss, _) = memory(pid);
+            peak = peak.max(rss);
             samples.push((shared.started.elapsed().as_secs_f64() / 60.0, rss));
         }
         let minute = std::mem::take(&mut *shared.minute.lock().unwrap());
@@ -413,7 +434,7 @@ fn main() {
             .map(|d| format!("{:.0}", d.as_secs_f64() * 1e3))
             .collect();
         println!(
-            "| {m} | {:.0} | {:.0} | {total_inserted} | {rss:.0} ({anon:.0}) | {} | {} | {} |",
+            "| {m} | {:.0} | {:.0} | {total_inserted} | {rss:.0} ({anon:.0}), peak {peak:.0} | {} | {} | {} |",
             minute.runs as f64 / 60.0,
             minute.inserted as f64 / 60.0,
             held(&probe, &shared.url),
@@ -425,14 +446,15 @@ fn main() {
     for t in threads {
         t.join().expect("a worker");
     }
-    let (end, _) = memory(pid);
+    let (end, _, high) = memory_and_peak(pid);
+    let last_peak = last_peak(&samples, minutes);
     let last: Vec<(f64, f64)> = samples
         .iter()
         .copied()
         .filter(|(t, _)| *t >= minutes as f64 - 15.0)
         .collect();
     println!(
-        "\nresident memory: {} MB at 10 minutes, {end:.0} MB at the end, {:+.2} MB/min over the last 15 minutes; {} requests",
+        "\nresident memory: {} MB at 10 minutes, {end:.0} MB at the end, peak {last_peak:.0} MB over the last 15 minutes and {high:.0} MB over the run (VmHWM), {:+.2} MB/min over the last 15 minutes; {} requests",
         at_10.map_or("—".into(), |v| format!("{v:.0}")),
         slope(&last),
         shared.requests.load(Ordering::Relaxed)
