@@ -157,14 +157,11 @@ pub fn review(
     let scopes: Vec<ScopeKey> = match scope {
         Some(s) => vec![s.clone()],
         None => {
-            let mut all: Vec<ScopeKey> = store.scopes()?;
-            for s in totals.keys() {
-                if !all.contains(s) {
-                    all.push(s.clone());
-                }
-            }
-            all.sort();
-            all
+            // Scopes with records, and those with only counters (every record forgotten).
+            let mut all: std::collections::BTreeSet<ScopeKey> =
+                store.scopes()?.into_iter().collect();
+            all.extend(totals.keys().cloned());
+            all.into_iter().collect()
         }
     };
     let mut out = Review {

@@ -87,6 +87,7 @@ pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
         ));
     }
     memory_gauges(&mut out, state.store.memory());
+    upkeep_gauges(&mut out, state.store.upkeep());
     if let Some(Ok(days)) = days {
         let mut totals: BTreeMap<String, crate::store::DayCounters> = BTreeMap::new();
         for d in days {
@@ -180,6 +181,41 @@ fn memory_gauges(out: &mut String, held: Option<crate::store::MemoryUse>) {
         "lessons_index_pending_changes {}\n",
         m.index_pending_changes
     ));
+}
+
+/// The storage engine's background work: a write's tail and a read's cost move with it.
+fn upkeep_gauges(out: &mut String, upkeep: Option<crate::store::Upkeep>) {
+    let Some(u) = upkeep else { return };
+    for (name, kind, help, value) in [
+        (
+            "lessons_flushes_waiting",
+            "gauge",
+            "Sealed memtables waiting to be written out as tables.",
+            u.flushes_waiting as f64,
+        ),
+        (
+            "lessons_compactions_running",
+            "gauge",
+            "Compactions running now.",
+            u.compactions_running as f64,
+        ),
+        (
+            "lessons_compactions_total",
+            "counter",
+            "Compactions finished since the store opened.",
+            u.compactions_done as f64,
+        ),
+        (
+            "lessons_compaction_seconds_total",
+            "counter",
+            "Time spent compacting since the store opened.",
+            u.compacting_micros as f64 / 1e6,
+        ),
+    ] {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+        ));
+    }
 }
 
 /// Resident memory from `/proc/self/status` (its `VmRSS` line, in KiB); `None` where there is no

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::model::Tally;
 pub use crate::time::{system_clock, Clock, Millis};
 pub use embedded::{
-    Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, MemoryUse, DEFAULT_CACHE_BYTES,
+    Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, MemoryUse, Upkeep, DEFAULT_CACHE_BYTES,
 };
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
@@ -349,6 +349,11 @@ pub trait MemoryStore: Send + Sync {
     /// What the store holds in memory, by part, for `/metrics`; `None` for a store that does
     /// not account for it (one in memory, one behind a server).
     fn memory(&self) -> Option<MemoryUse> {
+        None
+    }
+
+    /// The storage engine's background work, for `/metrics`; `None` for a store without one.
+    fn upkeep(&self) -> Option<Upkeep> {
         None
     }
 }

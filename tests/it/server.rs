@@ -386,6 +386,10 @@ fn every_route_answers_the_workers_json() {
     // A store that does not account for its memory (this one is in memory) shows none, and
     // neither does a heap whose allocator is not jemalloc (this test binary's).
     assert!(!metrics.contains("lessons_held_bytes"), "{metrics}");
+    assert!(
+        !metrics.contains("lessons_compactions_running"),
+        "{metrics}"
+    );
     assert!(!metrics.contains("lessons_allocated_bytes"), "{metrics}");
     assert_eq!(call(&url, "GET", "/metrics", None, "").0, 401);
 }
@@ -604,6 +608,14 @@ fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
     );
     assert!(
         gauge("lessons_held_bytes{part=\"block_cache\"}") <= lessons::store::DEFAULT_CACHE_BYTES
+    );
+    // The engine's background work: a handful of writes seals no memtable and compacts nothing.
+    assert_eq!(gauge("lessons_flushes_waiting"), 0, "{metrics}");
+    assert_eq!(gauge("lessons_compactions_running"), 0, "{metrics}");
+    assert_eq!(gauge("lessons_compactions_total"), 0, "{metrics}");
+    assert!(
+        metrics.contains("# TYPE lessons_compaction_seconds_total counter"),
+        "{metrics}"
     );
     // SIGTERM: the process finishes and flushes.
     let pid = s.child.id().to_string();

@@ -295,6 +295,60 @@ fn retrieve_ranks_bumps_and_sees_a_write_at_once() {
 }
 
 #[test]
+fn a_sweep_finds_status_that_enters_below_what_it_already_read() {
+    // A sweep that found nothing remembers how far it read, and reads only newer facts next
+    // time; a status fact imported with an older sequence number must still be found.
+    each(|store, _| {
+        let repo = scope("repo:acme/app");
+        let fact = |seq: u64, text: &str| lessons::Record {
+            id: repo.record_id(seq),
+            scope_key: repo.clone(),
+            kind: Kind::Fact,
+            text: text.to_owned(),
+            keywords: Default::default(),
+            source_thread_key: "t".to_owned(),
+            source_run_id: None,
+            provenance: None,
+            created_at: T0 + seq as i64,
+            last_used_at: None,
+            use_count: 0,
+            confidence: Some(1.0),
+            supersedes: None,
+            status: Status::Active,
+            dedup_key: true,
+        };
+        let clean = [
+            fact(5, "run npm ci before the license check"),
+            fact(10, "the lint step runs before the type check"),
+        ];
+        store.import(&clean).expect("import");
+        assert_eq!(store.sweep(&repo, true).expect("sweep").swept, 0);
+        assert_eq!(store.sweep(&repo, true).expect("sweep").swept, 0);
+        let status = fact(7, "pull request 1835 pushed at sha 3f9a2c1");
+        store.import(&[status]).expect("import");
+        assert_eq!(
+            store.sweep(&repo, true).expect("sweep").ids,
+            [repo.record_id(7)]
+        );
+        // Newer than anything read: found as before.
+        store
+            .write(
+                &repo,
+                &[Candidate::fact("the README now documents the flag", "t")],
+                &opts(),
+            )
+            .expect("write");
+        assert_eq!(
+            store.sweep(&repo, true).expect("sweep").ids,
+            [repo.record_id(7), repo.record_id(11)]
+        );
+        assert_eq!(store.sweep(&repo, false).expect("sweep").swept, 2);
+        assert_eq!(store.sweep(&repo, true).expect("sweep").swept, 0);
+        assert_eq!(store.sweep(&repo, false).expect("sweep").swept, 0);
+    });
+}
+
+#[test]
 fn forget_and_sweep_retire_without_deleting() {
     each(|store, _| {
         let repo = scope("repo:acme/app");
@@ -1385,6 +1439,44 @@ fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
         MemoryStore::memory(&store).map(|m| m.scope_map_budget),
         Some(4 << 20)
     );
+}
+
+#[test]
+fn an_embedded_store_reports_its_background_work_and_comes_to_rest() {
+    let dir = tempfile::tempdir().expect("dir");
+    // The indexer's rounds come every 50 ms here; the pruner runs after each.
+    let store = EmbeddedStore::builder()
+        .durability(Durability::Buffered)
+        .index_commit(1_000_000, Duration::from_millis(50))
+        .open(dir.path())
+        .expect("open");
+    assert!(store.upkeep().at_rest(), "{:?}", store.upkeep());
+    let key = scope("repo:acme/app");
+    store
+        .write(
+            &key,
+            &[Candidate::fact(
+                "the lint step runs before the type check",
+                "t",
+            )],
+            &opts(),
+        )
+        .expect("write");
+    store.flush().expect("flush");
+    assert_eq!(store.upkeep().index_pending_changes, 0);
+    // The write's journal entry has the pruner count the scope's journal, within a round.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !store.upkeep().at_rest() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rested = store.upkeep();
+    assert!(rested.at_rest(), "{rested:?}");
+    assert_eq!(rested.journals_to_count, 0);
+    assert_eq!(
+        MemoryStore::upkeep(&store).map(|u| u.index_pending_changes),
+        Some(0)
+    );
+    assert_eq!(MemoryStore::upkeep(&InMemoryStore::new()), None);
 }
 
 #[test]

@@ -98,7 +98,9 @@ pub(super) struct DecisionJournal {
     days: u32,
     cap: usize,
     /// What the pruner knows of each scope's journal written since open. Grown only by
-    /// `grew`, which a commit calls under the group commit's lock.
+    /// `grew`, which a commit calls under the group commit's lock; a read that found a scope
+    /// uncounted adds it empty and uncounted (what `grew` would start from), so the pruner
+    /// counts it too.
     tallies: Mutex<HashMap<ScopeKey, Tally>>,
     clock: Clock,
 }
@@ -169,6 +171,11 @@ impl DecisionJournal {
             tally.entries += growth.entries;
             tally.oldest = tally.oldest.min(growth.oldest);
         }
+    }
+
+    /// Scopes the pruner has yet to count (see the module's notes).
+    pub(super) fn uncounted(&self) -> usize {
+        self.tallies.lock().values().filter(|t| !t.counted).count()
     }
 
     /// Records every counted scope's tally in its own batch, so the next open need not count
@@ -246,9 +253,13 @@ impl DecisionJournal {
             Some(t) if t.counted => self
                 .merged(None, scope, all, Order::OldestFirst, false)
                 .nth(t.entries - self.cap),
-            _ => self
-                .merged(None, scope, all, Order::NewestFirst, false)
-                .nth(self.cap.saturating_sub(1)),
+            _ => {
+                // A scope nobody wrote since open: the pruner counts it at its next round, so
+                // this read of up to `cap` keys is not repeated by every read after it.
+                self.tallies.lock().entry(scope.clone()).or_default();
+                self.merged(None, scope, all, Order::NewestFirst, false)
+                    .nth(self.cap.saturating_sub(1))
+            }
         };
         match at {
             Some(entry) => Ok(Some(codec::decision_order(&entry?.0).to_vec())),
@@ -680,4 +691,65 @@ pub(super) fn of_retire(now: i64, r: &Record, event: DecisionEvent) -> Decision 
             .collect();
     }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn journal(db: &Database) -> DecisionJournal {
+        let ks = |name: &str| {
+            db.keyspace(name, fjall::KeyspaceCreateOptions::default)
+                .expect("keyspace")
+        };
+        DecisionJournal::new(
+            db.clone(),
+            ks("decisions"),
+            ks("meta"),
+            (90, 100),
+            0,
+            Arc::new(|| NOW),
+        )
+    }
+
+    #[test]
+    fn a_read_of_a_scope_nobody_wrote_since_open_has_the_pruner_count_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = Database::builder(dir.path()).open().expect("db");
+        let meta = db
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        let group = GroupCommit::new(db.clone(), meta, dir.path().to_owned(), false, 0);
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        let entries: Vec<Decision> = (0..150)
+            .map(|i| {
+                let event = if i % 3 == 0 {
+                    DecisionEvent::Restated
+                } else {
+                    DecisionEvent::Inserted
+                };
+                Decision::new(NOW - 1_000 + i, &scope, event)
+            })
+            .collect();
+        assert_eq!(journal(&db).import(&group, &entries).expect("import"), 150);
+        // As after an open whose tallies were not recorded: nobody has counted the scope.
+        let reopened = journal(&db);
+        assert_eq!(reopened.uncounted(), 0);
+        let query = DecisionQuery {
+            since: 0,
+            events: vec![DecisionEvent::Restated],
+            limit: 1_000,
+        };
+        let before = reopened.read(&scope, &query).expect("read");
+        // The newest 100 of the 150 are kept, a third of them restatements.
+        assert_eq!(before.len(), 33, "{before:?}");
+        assert_eq!(reopened.uncounted(), 1, "the read left the scope to count");
+        reopened.prune(&group).expect("prune");
+        assert_eq!(reopened.uncounted(), 0);
+        assert_eq!(reopened.read(&scope, &query).expect("read"), before);
+    }
 }

@@ -88,6 +88,36 @@ pub struct MemoryUse {
     pub index_pending_changes: u64,
 }
 
+/// The storage engine's background work now: what a write's tail and a read's cost move with.
+/// A store is at rest when none of it is pending.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Upkeep {
+    /// Sealed memtables waiting to be written out as tables.
+    pub flushes_waiting: u64,
+    /// Compactions running now.
+    pub compactions_running: u64,
+    /// Compactions finished since the store opened.
+    pub compactions_done: u64,
+    /// Time spent compacting since the store opened, in microseconds.
+    pub compacting_micros: u64,
+    /// Index changes waiting for a commit (as in [`MemoryUse`]).
+    pub index_pending_changes: u64,
+    /// Scopes whose decision journal the pruner has yet to count: until it does, a read of
+    /// one event of a full journal reads up to `journalCap` keys to find what it hides.
+    pub journals_to_count: u64,
+}
+
+impl Upkeep {
+    /// Nothing waits to flush, no compaction runs, the index holds every change and every
+    /// journal read so far is counted.
+    pub fn at_rest(&self) -> bool {
+        self.flushes_waiting == 0
+            && self.compactions_running == 0
+            && self.index_pending_changes == 0
+            && self.journals_to_count == 0
+    }
+}
+
 /// The embedded store: see the module docs.
 pub struct EmbeddedStore {
     shared: Arc<Shared>,
@@ -216,6 +246,20 @@ impl EmbeddedStore {
             scope_map_budget: scope_map_budget as u64,
             index_writer_heap: crate::store::index::WRITER_HEAP as u64,
             index_pending_changes: s.queue.pending_changes() as u64,
+        }
+    }
+
+    /// The storage engine's background work now (see [`Upkeep`]).
+    pub fn upkeep(&self) -> Upkeep {
+        let s = &*self.shared;
+        let db = s.records.db();
+        Upkeep {
+            flushes_waiting: db.outstanding_flushes() as u64,
+            compactions_running: db.active_compactions() as u64,
+            compactions_done: db.compactions_completed() as u64,
+            compacting_micros: u64::try_from(db.time_compacting().as_micros()).unwrap_or(u64::MAX),
+            index_pending_changes: s.queue.pending_changes() as u64,
+            journals_to_count: s.journal.uncounted() as u64,
         }
     }
 

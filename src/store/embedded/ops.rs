@@ -97,30 +97,42 @@ impl MemoryStore for EmbeddedStore {
 
     fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
         let s = &*self.shared;
-        let marked = |snapshot: Option<&fjall::Snapshot>| -> Result<Vec<Record>> {
-            let mut marked =
+        // Facts up to the scope's gate mark are known not to be status: only newer ones are
+        // read, so a sweep of a scope swept before costs what was written since.
+        let marked = |snapshot: Option<&fjall::Snapshot>,
+                      known: Option<u64>|
+         -> Result<(Vec<Record>, Option<u64>)> {
+            let (mut marked, newest) =
                 s.records
-                    .active_facts_where(snapshot, scope, crate::gate::is_status)?;
+                    .active_facts_where(snapshot, scope, known, crate::gate::is_status)?;
             // The scan reads newest first; the answer lists ids in ascending sequence.
             marked.reverse();
-            Ok(marked)
+            Ok((marked, newest))
         };
         let receipt = |marked: &[Record]| SweepReceipt {
             swept: marked.len() as u64,
             ids: marked.iter().map(|r| r.id.clone()).collect(),
         };
+        let state = s.scopes.get(scope);
         // One snapshot first, without the scope's lock: a dry run answers from it, and a sweep
         // with nothing to retire (the usual case: the gate keeps status out of new writes) is
-        // done without making the scope's writers wait for a read of its every record.
-        let seen = marked(Some(&s.records.snapshot()))?;
-        if dry_run || seen.is_empty() {
+        // done without making the scope's writers wait for a read of its records.
+        let (known, commits) = state.gate_mark();
+        let (seen, newest) = marked(Some(&s.records.snapshot()), known)?;
+        if seen.is_empty() {
+            if let Some(newest) = newest {
+                state.mark_gated(commits, newest);
+            }
             return Ok(receipt(&seen));
         }
-        let state = s.scopes.get(scope);
+        if dry_run {
+            return Ok(receipt(&seen));
+        }
         let guard = state.write.lock();
         // Under the scope's lock: the usage read live matches the records (a swept record
-        // keeps its use in its retired copy).
-        let marked = marked(None)?;
+        // keeps its use in its retired copy), and the mark matches them too.
+        let (known, _) = state.gate_mark();
+        let (marked, _) = marked(None, known)?;
         let receipt = receipt(&marked);
         if marked.is_empty() {
             return Ok(receipt);
@@ -268,6 +280,10 @@ impl MemoryStore for EmbeddedStore {
 
     fn memory(&self) -> Option<crate::store::MemoryUse> {
         Some(EmbeddedStore::memory(self))
+    }
+
+    fn upkeep(&self) -> Option<crate::store::Upkeep> {
+        Some(EmbeddedStore::upkeep(self))
     }
 
     fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {

@@ -376,24 +376,32 @@ impl Records {
         self.scan(snapshot, scope, &prefix)?.collect()
     }
 
-    /// The active facts of `scope` whose text `keep` selects, newest first, each with its use:
-    /// a record is decoded in full only once selected. Under the scope's write lock, or from
-    /// `snapshot`.
+    /// The active facts of `scope` newer than `newer_than` whose text `keep` selects, newest
+    /// first, each with its use, and the newest sequence number read: a record is decoded in
+    /// full only once selected. Under the scope's write lock, or from `snapshot`.
     pub(super) fn active_facts_where(
         &self,
         snapshot: Option<&fjall::Snapshot>,
         scope: &ScopeKey,
+        newer_than: Option<u64>,
         keep: impl Fn(&str) -> bool,
-    ) -> Result<Vec<Record>> {
+    ) -> Result<(Vec<Record>, Option<u64>)> {
         let mut scan = self.scan(snapshot, scope, &codec::active_prefix(scope, Kind::Fact))?;
         let mut out = Vec::new();
+        let mut newest = None;
         for g in scan.records.by_ref() {
             let (k, v) = g.into_inner().map_err(st("reading records"))?;
+            let seq = codec::active_key_parts(&k).map(|(_, seq)| seq);
+            // Newest first: past `newer_than`, every later key is older still.
+            if seq.zip(newer_than).is_some_and(|(seq, floor)| seq <= floor) {
+                break;
+            }
+            newest = newest.or(seq);
             if keep(codec::record_text(&v)?) {
                 out.push(scan.usage.record(&k, &v, scope)?);
             }
         }
-        Ok(out)
+        Ok((out, newest))
     }
 
     /// The active records under `prefix` (a prefix of `scope`'s keys), in key order, each with

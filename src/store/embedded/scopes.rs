@@ -56,6 +56,13 @@ pub(super) struct Derived {
     pub(super) day: Option<(i64, DayCounters)>,
     /// The active records held for retrieve.
     search: Search,
+    /// Every active fact up to this sequence number is known not to be status (the gate is
+    /// fixed for the process), so a sweep reads only newer ones. Kept by every commit: an
+    /// older fact that enters or changes as status drops it.
+    gated: Option<u64>,
+    /// Commits applied since the scope entered the map: a read taken without the scope's lock
+    /// installs what it found only if no commit came since it began.
+    commits: u64,
 }
 
 /// Whether a scope's active records are held in memory for retrieve.
@@ -81,6 +88,14 @@ impl Search {
 }
 
 impl Derived {
+    /// Forgets everything derived. The commit count goes on (past a reset too), so a read that
+    /// began before it cannot install what it found.
+    fn reset(&mut self) {
+        let commits = self.commits;
+        *self = Derived::default();
+        self.commits = commits + 1;
+    }
+
     /// About how many bytes this holds.
     fn bytes(&self) -> usize {
         const ENTRY: usize = 256;
@@ -102,6 +117,23 @@ impl Scope {
     /// Reads the derived state (hold it briefly: writers update it after every commit).
     pub(super) fn derived(&self) -> MutexGuard<'_, Derived> {
         self.derived.lock()
+    }
+
+    /// What a sweep may skip (every active fact up to this sequence number is not status),
+    /// and the commit count to install a newer mark against.
+    pub(super) fn gate_mark(&self) -> (Option<u64>, u64) {
+        let d = self.derived.lock();
+        (d.gated, d.commits)
+    }
+
+    /// Records that every active fact up to `through` is not status, as read from a snapshot
+    /// taken after `gate_mark` answered `commits`: unless a commit came since, which the
+    /// snapshot may not hold.
+    pub(super) fn mark_gated(&self, commits: u64, through: u64) {
+        let mut d = self.derived.lock();
+        if d.commits == commits {
+            d.gated = Some(through.max(d.gated.unwrap_or(0)));
+        }
     }
 
     /// The held search, as committed (the caller holds the write lock).
@@ -283,13 +315,13 @@ impl Scopes {
         self.search_bytes.store(0, Ordering::Relaxed);
         drop(lru);
         for scope in scopes {
-            *scope.derived.lock() = Derived::default();
+            scope.derived.lock().reset();
         }
     }
 
     /// Forgets one scope's derived state (the caller holds its write lock).
     pub(super) fn reset(&self, key: &ScopeKey, scope: &Scope) {
-        self.update(key, scope, |d| *d = Derived::default());
+        self.update(key, scope, Derived::reset);
     }
 
     /// Forgets the scope's eviction order: it named a record that is not active, and is read
@@ -455,6 +487,18 @@ impl Scopes {
         };
         let search_limit = self.search_limit();
         self.update(key, scope, |d| {
+            d.commits += 1;
+            if let Some(through) = d.gated {
+                let status_below = changes.iter().any(|c| {
+                    c.seq <= through
+                        && c.active().is_some_and(|r| {
+                            r.kind == crate::model::Kind::Fact && crate::gate::is_status(&r.text)
+                        })
+                });
+                if status_below {
+                    d.gated = None;
+                }
+            }
             if let Search::Held(search) = &d.search {
                 let mut search = search.write();
                 search.apply(changes);
