@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lessons::remote::RemoteStore;
 use lessons::server::{AppState, Auth, Background};
 use lessons::store::{EmbeddedStore, InMemoryStore, MemoryStore, WriteOptions};
-use lessons::{Candidate, ContextConfig, ErrorKind, Kind, Record, ScopeKey, Status};
+use lessons::{Candidate, ContextConfig, ErrorKind, Record, ScopeKey, Status};
 use serde_json::json;
 
 use crate::server::{call, free_port, post, TOKEN};
@@ -497,23 +497,9 @@ fn server_over(store: Arc<dyn MemoryStore>) -> Background {
 }
 
 fn big_record(scope: &str, seq: u64) -> Record {
-    Record {
-        id: format!("mem:{scope}:{seq}"),
-        scope_key: ScopeKey::parse(scope).expect("scope"),
-        kind: Kind::Fact,
-        text: format!("lesson {seq}: {}", "z".repeat(3900)),
-        keywords: Default::default(),
-        source_thread_key: "t".to_owned(),
-        source_run_id: None,
-        provenance: None,
-        created_at: 1_700_000_000_000 + seq as i64,
-        last_used_at: None,
-        use_count: 0,
-        confidence: Some(1.0),
-        supersedes: None,
-        status: Status::Active,
-        dedup_key: true,
-    }
+    let scope = ScopeKey::parse(scope).expect("scope");
+    let text = format!("lesson {seq}: {}", "z".repeat(3900));
+    crate::util::fact_record(&scope, seq, &text, Status::Active)
 }
 
 #[test]

@@ -10,7 +10,7 @@ use lessons::{
     Status, WriteCounts, WriteOptions,
 };
 
-use crate::util::{scope, FakeClock, T0};
+use crate::util::{fact_record, scope, FakeClock, T0};
 
 fn opts() -> WriteOptions {
     WriteOptions::default()
@@ -300,23 +300,7 @@ fn a_sweep_finds_status_that_enters_below_what_it_already_read() {
     // time; a status fact imported with an older sequence number must still be found.
     each(|store, _| {
         let repo = scope("repo:acme/app");
-        let fact = |seq: u64, text: &str| lessons::Record {
-            id: repo.record_id(seq),
-            scope_key: repo.clone(),
-            kind: Kind::Fact,
-            text: text.to_owned(),
-            keywords: Default::default(),
-            source_thread_key: "t".to_owned(),
-            source_run_id: None,
-            provenance: None,
-            created_at: T0 + seq as i64,
-            last_used_at: None,
-            use_count: 0,
-            confidence: Some(1.0),
-            supersedes: None,
-            status: Status::Active,
-            dedup_key: true,
-        };
+        let fact = |seq: u64, text: &str| fact_record(&repo, seq, text, Status::Active);
         let clean = [
             fact(5, "run npm ci before the license check"),
             fact(10, "the lint step runs before the type check"),
@@ -1493,26 +1477,14 @@ fn a_long_export_exports_each_record_once_while_records_are_retired_under_it() {
     const N: u64 = 50_000;
     let active = |seq: u64| seq % 1_000 == 999;
     let records: Vec<lessons::Record> = (0..N)
-        .map(|seq| lessons::Record {
-            id: key.record_id(seq),
-            scope_key: key.clone(),
-            kind: Kind::Fact,
-            text: format!("lesson {seq}: the lint step runs before the type check"),
-            keywords: Default::default(),
-            source_thread_key: "t".to_owned(),
-            source_run_id: None,
-            provenance: None,
-            created_at: T0 + seq as i64,
-            last_used_at: None,
-            use_count: 0,
-            confidence: Some(1.0),
-            supersedes: None,
-            status: if active(seq) {
+        .map(|seq| {
+            let text = format!("lesson {seq}: the lint step runs before the type check");
+            let status = if active(seq) {
                 Status::Active
             } else {
                 Status::Evicted
-            },
-            dedup_key: true,
+            };
+            fact_record(&key, seq, &text, status)
         })
         .collect();
     for chunk in records.chunks(5_000) {

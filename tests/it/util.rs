@@ -6,10 +6,31 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use lessons::{Candidate, Clock, Kind, MemoryStore, Record, ScopeKey};
+use lessons::{Candidate, Clock, Kind, MemoryStore, Record, ScopeKey, Status};
 
 /// 2026-11-30T00:00:00Z.
 pub const T0: i64 = 1_795_996_800_000;
+
+/// A fact record of `scope` at `seq`, created at `T0 + seq`, as an import carries it.
+pub fn fact_record(scope: &ScopeKey, seq: u64, text: &str, status: Status) -> Record {
+    Record {
+        id: scope.record_id(seq),
+        scope_key: scope.clone(),
+        kind: Kind::Fact,
+        text: text.to_owned(),
+        keywords: Default::default(),
+        source_thread_key: "t".to_owned(),
+        source_run_id: None,
+        provenance: None,
+        created_at: T0 + seq as i64,
+        last_used_at: None,
+        use_count: 0,
+        confidence: Some(1.0),
+        supersedes: None,
+        status,
+        dedup_key: true,
+    }
+}
 
 /// A clock the test moves by hand.
 #[derive(Clone)]
