@@ -100,8 +100,7 @@ pub fn context_block(
     brief: &str,
     config: &ContextConfig,
 ) -> Option<String> {
-    let now = crate::time::system_clock()();
-    let ctx = build_context(store, run, brief, config, now);
+    let ctx = build_context(store, run, brief, config, store.now());
     for w in &ctx.warnings {
         log::warn!("{w}");
     }

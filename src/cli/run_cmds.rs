@@ -7,7 +7,6 @@ use crate::context::{ContextConfig, RunScopes};
 use crate::contract::ContextAnswer;
 use crate::memory::{build_context, reflect, shown_set};
 use crate::reflect::{reflection_prompt, Origin, Shown};
-use crate::time::system_clock;
 use clap::Args;
 
 use super::store_cmds::{fail, open_handle, Config, ScopeIds};
@@ -79,7 +78,7 @@ pub(crate) fn context(cli: &Cli, args: &ContextArgs) -> Result<Outcome, Failure>
     }
     let handle = open_handle(cli, false)?;
     let store = handle.store();
-    let ctx = build_context(store, &run, &args.brief, &config, system_clock()());
+    let ctx = build_context(store, &run, &args.brief, &config, store.now());
     handle.close()?;
     for w in &ctx.warnings {
         eprintln!("{w}");

@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 
 use crate::context::ContextConfig;
 use crate::store::MemoryStore;
-use crate::time::{day_of, system_clock};
+use crate::time::day_of;
 
 use handler::handle;
 use metrics::{rollup_lines, Metrics};
@@ -156,10 +156,10 @@ pub async fn serve(
     ready(listener.local_addr()?);
     let rollup_state = Arc::clone(&state);
     let rollup = tokio::spawn(async move {
-        let mut today = day_of(system_clock()());
+        let mut today = day_of(rollup_state.store.now());
         loop {
             tokio::time::sleep(Duration::from_secs(30)).await;
-            let now = day_of(system_clock()());
+            let now = day_of(rollup_state.store.now());
             if now != today {
                 let store = Arc::clone(&rollup_state.store);
                 let finished = today;

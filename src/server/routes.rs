@@ -15,7 +15,6 @@ use crate::memory::{build_context, reflect, shown_set};
 use crate::model::Record;
 use crate::reflect::reflection_prompt;
 use crate::store::WriteOptions;
-use crate::time::system_clock;
 
 /// `{records}` over shared records: [`RecordsAnswer`]'s bytes without copying them.
 #[derive(serde::Serialize)]
@@ -127,8 +126,7 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
             (json_text(&JournalAnswer { decisions })?, log)
         }
         Body::Review { days, scope } => {
-            let now = system_clock()();
-            let r = crate::review::review(store, days, scope.as_ref(), now, &state.review)?;
+            let r = crate::review::review(store, days, scope.as_ref(), store.now(), &state.review)?;
             let log = format!("days={days} fired={}", r.fired.len());
             (json_text(&r)?, log)
         }
@@ -172,7 +170,7 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
             (json_text(&StatsAnswer { days })?, log)
         }
         Body::Context { run, brief } => {
-            let ctx = build_context(store, &run, &brief, &state.context, system_clock()());
+            let ctx = build_context(store, &run, &brief, &state.context, store.now());
             for w in &ctx.warnings {
                 log::warn!("{w}");
             }

@@ -113,6 +113,10 @@ fn evict_over_cap(records: &mut Records, scope: &ScopeKey, cap: usize, now: i64)
 }
 
 impl MemoryStore for InMemoryStore {
+    fn now(&self) -> crate::time::Millis {
+        (self.clock)()
+    }
+
     fn write(
         &self,
         scope: &ScopeKey,

@@ -356,6 +356,14 @@ pub trait MemoryStore: Send + Sync {
     fn upkeep(&self) -> Option<Upkeep> {
         None
     }
+
+    /// The time the store dates its writes by (milliseconds since the epoch). A caller that
+    /// dates a read against them (a review's days, a run's context, the counters' day) asks
+    /// here, so a store opened on another clock (a test's, a bench's, an import's) is read on
+    /// the days it was written on.
+    fn now(&self) -> Millis {
+        crate::time::system_clock()()
+    }
 }
 
 /// Validates a write's candidates and cap.

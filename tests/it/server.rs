@@ -394,6 +394,53 @@ fn every_route_answers_the_workers_json() {
     assert_eq!(call(&url, "GET", "/metrics", None, "").0, 401);
 }
 
+/// `/review` and `/context` read the store's days by the store's clock, not the host's: a store
+/// opened on another clock (an import's, a test's, a bench's) is reviewed on the days it wrote.
+#[test]
+fn the_review_route_dates_its_days_by_the_stores_clock() {
+    // 2025-01-15, long before the host's today.
+    let then = 1_736_899_200_000_i64;
+    let model = InMemoryStore::with_clock(Arc::new(move || then));
+    let s = lessons::ScopeKey::parse("repo:acme/app").expect("scope");
+    for text in [
+        "run the migrations before the tests",
+        "the linter needs the lockfile",
+    ] {
+        let c = lessons::Candidate::fact(text, "t");
+        model
+            .write(&s, &[c], &lessons::WriteOptions::default())
+            .expect("write");
+    }
+    let store: Arc<dyn MemoryStore> = Arc::new(model);
+    let local = lessons::review::review(
+        store.as_ref(),
+        7,
+        None,
+        then,
+        &lessons::review::Thresholds::default(),
+    )
+    .expect("review");
+    assert_eq!(local.scopes.len(), 1);
+    assert_eq!(local.scopes[0].counters.inserted, 2);
+    let auth = Auth {
+        token: Some(TOKEN.into()),
+        read_token: None,
+        open: false,
+    };
+    let server = Background::start(AppState::new(store, auth, ContextConfig::default()))
+        .expect("server starts");
+    let (status, body) = call(
+        &server.url(),
+        "POST",
+        "/review",
+        Some(TOKEN),
+        r#"{"days":7}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let answered: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answered, serde_json::to_value(&local).expect("json"));
+}
+
 #[test]
 fn the_rollup_line_has_counts_only() {
     let store = InMemoryStore::new();

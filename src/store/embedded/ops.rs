@@ -282,6 +282,10 @@ impl MemoryStore for EmbeddedStore {
         Some(EmbeddedStore::memory(self))
     }
 
+    fn now(&self) -> crate::store::Millis {
+        (self.shared.clock)()
+    }
+
     fn upkeep(&self) -> Option<crate::store::Upkeep> {
         Some(EmbeddedStore::upkeep(self))
     }
