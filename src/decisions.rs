@@ -175,11 +175,13 @@ pub const DEFAULT_JOURNAL_DAYS: u32 = 90;
 /// Entries per scope beyond this are pruned, oldest first (configurable: `journalCap`).
 pub const DEFAULT_JOURNAL_CAP: usize = 10_000;
 
-/// The on-disk form: positional (postcard), so every field is always written.
+/// The on-disk form: positional (postcard), so every field is always written. `S` is how the
+/// scope key is held: owned where the entry's scope is not known beforehand, borrowed from the
+/// stored bytes where a read of one scope only compares it.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct DecisionDisk {
+pub(crate) struct DecisionDisk<S = String> {
     time: i64,
-    scope_key: String,
+    scope_key: S,
     event: DecisionEvent,
     ids: Vec<String>,
     texts: Vec<String>,
@@ -209,11 +211,29 @@ impl From<&Decision> for DecisionDisk {
 
 impl DecisionDisk {
     pub(crate) fn into_decision(self) -> crate::error::Result<Decision> {
-        Ok(Decision {
+        let scope = ScopeKey::parse(&self.scope_key)
+            .map_err(|e| crate::error::Error::format(format!("a journal entry's scope: {e}")))?;
+        Ok(self.with_scope(scope))
+    }
+}
+
+impl<S: AsRef<str>> DecisionDisk<S> {
+    /// The entry, read under `scope`'s prefix: its scope must be that one (it is not parsed
+    /// again; the key was validated when the entry was written).
+    pub(crate) fn into_decision_of(self, scope: &ScopeKey) -> crate::error::Result<Decision> {
+        if self.scope_key.as_ref() != scope.as_str() {
+            return Err(crate::error::Error::format(format!(
+                "a journal entry of {:?} is stored under {scope}",
+                self.scope_key.as_ref()
+            )));
+        }
+        Ok(self.with_scope(scope.clone()))
+    }
+
+    fn with_scope(self, scope_key: ScopeKey) -> Decision {
+        Decision {
             time: self.time,
-            scope_key: ScopeKey::parse(&self.scope_key).map_err(|e| {
-                crate::error::Error::format(format!("a journal entry's scope: {e}"))
-            })?,
+            scope_key,
             event: self.event,
             ids: self.ids,
             texts: self.texts,
@@ -222,6 +242,6 @@ impl DecisionDisk {
             source_run_id: self.source_run_id,
             age_ms: self.age_ms,
             use_count: self.use_count,
-        })
+        }
     }
 }

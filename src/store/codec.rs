@@ -308,6 +308,12 @@ pub fn decode_decision(bytes: &[u8]) -> Result<crate::decisions::Decision> {
     decode::<crate::decisions::DecisionDisk>(bytes, "a journal entry")?.into_decision()
 }
 
+/// A journal entry read under `scope`'s prefix, which must be its scope.
+pub fn decode_decision_of(bytes: &[u8], scope: &ScopeKey) -> Result<crate::decisions::Decision> {
+    decode::<crate::decisions::DecisionDisk<&str>>(bytes, "a journal entry")?
+        .into_decision_of(scope)
+}
+
 pub fn counters_from(day: i64) -> [u8; 8] {
     ordered(day)
 }

@@ -311,7 +311,7 @@ impl DecisionJournal {
             let all = &DecisionEvent::ALL[..];
             for entry in self.merged(Some(&snap), &scope, all, Order::OldestFirst, true) {
                 let (_, v) = entry?;
-                sink(codec::decode_decision(&v.unwrap_or_default())?)?;
+                sink(codec::decode_decision_of(&v.unwrap_or_default(), &scope)?)?;
             }
         }
         Ok(())
