@@ -217,62 +217,61 @@ fn scope_review(
             fired: counters.restated > counters.inserted,
         });
     }
-    // The evidence, read newest first by event and no further than it shows: the cost follows
-    // the evidence, not the journal's length.
-    let journal = |event: DecisionEvent, first: usize, enough: &dyn Fn(&[Decision]) -> bool| {
-        read_until(store, scope, since_ms, event, first, enough)
+    // The evidence, read newest first by event, each entry as it comes, and no further than
+    // the evidence goes: the cost follows the evidence, not the journal's length. `page` is
+    // the first read's size for a store that answers in pages (see `visit_decisions`).
+    let journal = |event: DecisionEvent, page: usize, visit: &mut dyn FnMut(Decision) -> bool| {
+        let query = DecisionQuery {
+            since: since_ms,
+            events: vec![event],
+            limit: MAX_JOURNAL_LIMIT,
+        };
+        store.visit_decisions(scope, &query, page, visit)
     };
     // The rejected texts, 20 per marker. The day counters say which markers the window holds
     // and how often, so the read stops once each has its samples; without counters (a journal
     // imported alone) it reads as far as a journal read may.
-    let expected = counters.rejected_by.clone();
-    let per_marker = |entries: &[Decision]| -> BTreeMap<String, Vec<String>> {
-        let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for d in entries {
+    let expected = &counters.rejected_by;
+    let mut rejected_by_marker: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    journal(
+        DecisionEvent::Rejected,
+        SAMPLES * expected.len().max(1),
+        &mut |d| {
             for m in &d.markers {
-                let list = by.entry(m.clone()).or_default();
+                let list = rejected_by_marker.entry(m.clone()).or_default();
                 if list.len() < SAMPLES {
                     list.extend(d.texts.first().cloned());
                 }
             }
-        }
-        by
-    };
-    let rejected = journal(
-        DecisionEvent::Rejected,
-        SAMPLES * expected.len().max(1),
-        &|entries| {
-            let by = per_marker(entries);
-            !expected.is_empty()
-                && expected
-                    .iter()
-                    .all(|(m, n)| by.get(m).map_or(0, Vec::len) >= SAMPLES.min(*n as usize))
+            let complete = !expected.is_empty()
+                && expected.iter().all(|(m, n)| {
+                    rejected_by_marker.get(m).map_or(0, Vec::len) >= SAMPLES.min(*n as usize)
+                });
+            !complete
         },
     )?;
-    let rejected_by_marker = per_marker(&rejected);
-    let restatements = journal(DecisionEvent::Restated, SAMPLES, &|e| e.len() >= SAMPLES)?
-        .into_iter()
-        .take(SAMPLES)
-        .map(|d| Restatement {
+    let mut restatements = Vec::new();
+    journal(DecisionEvent::Restated, SAMPLES, &mut |d| {
+        restatements.push(Restatement {
             time: d.time,
             text: d.texts.first().cloned().unwrap_or_default(),
             target_id: d.ids.first().cloned().unwrap_or_default(),
             target_text: d.texts.get(1).cloned().unwrap_or_default(),
-        })
-        .collect();
-    let unused = |d: &Decision| d.use_count == Some(0);
-    let evicted_unused = journal(DecisionEvent::Evicted, SAMPLES * 10, &|e| {
-        e.iter().filter(|d| unused(d)).count() >= SAMPLES * 5
-    })?
-    .into_iter()
-    .filter(unused)
-    .take(SAMPLES * 5)
-    .map(|d| Item {
-        id: d.ids.first().cloned().unwrap_or_default(),
-        text: d.texts.first().cloned().unwrap_or_default(),
-        age_ms: d.age_ms,
-    })
-    .collect();
+        });
+        restatements.len() < SAMPLES
+    })?;
+    // Evictions of records never retrieved, 100 of them; a page guesses half are.
+    let mut evicted_unused = Vec::new();
+    journal(DecisionEvent::Evicted, SAMPLES * 10, &mut |d| {
+        if d.use_count == Some(0) {
+            evicted_unused.push(Item {
+                id: d.ids.first().cloned().unwrap_or_default(),
+                text: d.texts.first().cloned().unwrap_or_default(),
+                age_ms: d.age_ms,
+            });
+        }
+        evicted_unused.len() < SAMPLES * 5
+    })?;
     let receipt = store.sweep(scope, true)?;
     let mut sweepable = Vec::new();
     for id in receipt.ids {
@@ -298,34 +297,6 @@ fn scope_review(
         sweepable,
         evicted_unused,
     })
-}
-
-/// `scope`'s `event` entries since `since`, newest first: `first` of them, then twice as many
-/// each time `enough` says the evidence is not complete and the journal may hold more, up to
-/// the most a journal read answers.
-fn read_until(
-    store: &dyn MemoryStore,
-    scope: &ScopeKey,
-    since: i64,
-    event: DecisionEvent,
-    first: usize,
-    enough: &dyn Fn(&[Decision]) -> bool,
-) -> Result<Vec<Decision>> {
-    let mut limit = first.clamp(1, MAX_JOURNAL_LIMIT);
-    loop {
-        let entries = store.decisions(
-            scope,
-            &DecisionQuery {
-                since,
-                events: vec![event],
-                limit,
-            },
-        )?;
-        if entries.len() < limit || limit == MAX_JOURNAL_LIMIT || enough(&entries) {
-            return Ok(entries);
-        }
-        limit = (limit * 2).min(MAX_JOURNAL_LIMIT);
-    }
 }
 
 /// The review as a person reads it: one block per scope, the fired signals first.

@@ -339,6 +339,44 @@ pub trait MemoryStore: Send + Sync {
     /// A scope's decision journal, newest first, filtered by `query`.
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>>;
 
+    /// [`decisions`](Self::decisions)' entries handed to `visit` one at a time, newest first,
+    /// until it answers `false` or `query.limit` were handed, for a reader that learns how far
+    /// it must read only as it reads (a review's evidence). The embedded store reads once and
+    /// no further than `visit` goes. A store that answers whole pages (this default, which the
+    /// remote store uses) asks for `page` entries first, then twice as many each time, and
+    /// hands only the entries past those already handed; an entry written between two pages
+    /// moves the rest by one, so it may hand one entry twice.
+    fn visit_decisions(
+        &self,
+        scope: &ScopeKey,
+        query: &DecisionQuery,
+        page: usize,
+        visit: &mut dyn FnMut(Decision) -> bool,
+    ) -> Result<()> {
+        validate_decision_query(query)?;
+        let all = query.limit;
+        let mut limit = page.clamp(1, all);
+        let mut handed = 0;
+        loop {
+            let asked = DecisionQuery {
+                limit,
+                ..query.clone()
+            };
+            let entries = self.decisions(scope, &asked)?;
+            let answered = entries.len();
+            for d in entries.into_iter().skip(handed) {
+                handed += 1;
+                if !visit(d) {
+                    return Ok(());
+                }
+            }
+            if answered < limit || limit >= all {
+                return Ok(());
+            }
+            limit = limit.saturating_mul(2).min(all);
+        }
+    }
+
     /// Every journal entry, oldest first within a scope, for backup or moving (with
     /// [`MemoryStore::export`]); importing them in this order keeps their order.
     fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()>;

@@ -230,7 +230,9 @@ fn a_failed_window_read_logs_one_warning_without_text_and_keeps_the_hits() {
             decisions,
             export_decisions,
             import_decisions,
-            active_count
+            active_count,
+            visit_decisions,
+            now
         );
     }
     let clock = FakeClock::new(T0);

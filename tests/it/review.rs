@@ -226,6 +226,77 @@ fn both_stores_keep_the_same_journal() {
         .all(|d| d.use_count.is_some() && d.age_ms.is_some()));
 }
 
+/// A visit hands the entries a read answers, in its order, stops where the visitor stops, and
+/// never hands one twice: read once (the embedded store) or in doubling pages (the default the
+/// in-memory and remote stores use), at every page size.
+#[test]
+fn a_journal_visit_hands_what_a_read_answers_and_stops_where_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock: lessons::store::Clock = std::sync::Arc::new(|| 1_795_424_400_000);
+    let embedded = EmbeddedStore::builder()
+        .cap(5)
+        .clock(clock.clone())
+        .open(dir.path())
+        .expect("open");
+    let model = InMemoryStore::with_clock(clock).with_cap(5);
+    let s = scope("repo:acme/app");
+    let stores: [&dyn MemoryStore; 2] = [&embedded, &model];
+    for store in stores {
+        for i in 0..40 {
+            let c = Candidate::fact(format!("lesson number {i} about the build"), "t");
+            store
+                .write(&s, &[c], &WriteOptions::default())
+                .expect("write");
+        }
+        for events in [vec![], vec![DecisionEvent::Evicted]] {
+            let q = DecisionQuery {
+                events,
+                limit: 1000,
+                ..DecisionQuery::default()
+            };
+            let all = store.decisions(&s, &q).expect("read");
+            assert!(all.len() >= 35, "{} entries", all.len());
+            for page in [1, 3, 7, 64] {
+                let mut seen = Vec::new();
+                store
+                    .visit_decisions(&s, &q, page, &mut |d| {
+                        seen.push(d);
+                        true
+                    })
+                    .expect("visit");
+                assert_eq!(seen, all, "page {page}");
+                for stop in [1, 4, 9, all.len()] {
+                    let mut seen = Vec::new();
+                    store
+                        .visit_decisions(&s, &q, page, &mut |d| {
+                            seen.push(d);
+                            seen.len() < stop
+                        })
+                        .expect("visit");
+                    assert_eq!(seen[..], all[..stop], "page {page}, stop {stop}");
+                }
+            }
+            let capped = DecisionQuery { limit: 6, ..q };
+            let mut seen = Vec::new();
+            store
+                .visit_decisions(&s, &capped, 2, &mut |d| {
+                    seen.push(d);
+                    true
+                })
+                .expect("visit");
+            assert_eq!(seen[..], all[..6]);
+        }
+        let bad = DecisionQuery {
+            limit: 0,
+            ..DecisionQuery::default()
+        };
+        let err = store
+            .visit_decisions(&s, &bad, 10, &mut |_| true)
+            .expect_err("a limit of 0 is refused");
+        assert!(err.to_string().contains("limit"), "{err}");
+    }
+}
+
 /// A clock the test moves: the time it reads, and the store's clock reading it.
 fn settable_clock() -> (
     std::sync::Arc<std::sync::atomic::AtomicI64>,

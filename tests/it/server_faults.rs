@@ -221,7 +221,9 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
             decisions,
             export_decisions,
             import_decisions,
-            active_count
+            active_count,
+            visit_decisions,
+            now
         );
     }
     let auth = Auth {

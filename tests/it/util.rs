@@ -234,6 +234,15 @@ macro_rules! delegate_store {
             self.0.import_decisions(e)
         }
     };
+    (@one visit_decisions) => {
+        fn visit_decisions(&self, s: &lessons::ScopeKey, q: &lessons::DecisionQuery, p: usize,
+            v: &mut dyn FnMut(lessons::Decision) -> bool) -> lessons::Result<()> {
+            self.0.visit_decisions(s, q, p, v)
+        }
+    };
+    (@one now) => {
+        fn now(&self) -> lessons::store::Millis { self.0.now() }
+    };
     (@one active_count) => {
         fn active_count(&self, s: &lessons::ScopeKey) -> lessons::Result<u64> {
             self.0.active_count(s)

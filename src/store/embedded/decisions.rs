@@ -207,6 +207,22 @@ impl DecisionJournal {
     /// not the journal's length.
     pub(super) fn read(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         let mut out = Vec::new();
+        self.visit(scope, query, &mut |d| {
+            out.push(d);
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// [`read`](Self::read)'s entries handed to `visit` one at a time, as they are read, until
+    /// it answers `false` or `query.limit` were handed: nothing past that is read or decoded.
+    pub(super) fn visit(
+        &self,
+        scope: &ScopeKey,
+        query: &DecisionQuery,
+        visit: &mut dyn FnMut(Decision) -> bool,
+    ) -> Result<()> {
+        let mut handed = 0;
         // What pruning will remove reads as removed: entries past the cap or the age limit.
         let since = query.since.max(self.cutoff());
         let every = query.events.is_empty() || query.events.len() == DecisionEvent::ALL.len();
@@ -231,15 +247,15 @@ impl DecisionJournal {
             {
                 break;
             }
-            let d = codec::decode_decision(&v.unwrap_or_default())?;
+            let d = codec::decode_decision_of(&v.unwrap_or_default(), scope)?;
             if query.keeps(&d) {
-                out.push(d);
-                if out.len() == query.limit {
+                handed += 1;
+                if !visit(d) || handed == query.limit {
                     break;
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The order of the oldest entry of `scope` the cap keeps, when the scope holds more than

@@ -274,6 +274,17 @@ impl MemoryStore for EmbeddedStore {
         self.shared.journal.read(scope, query)
     }
 
+    fn visit_decisions(
+        &self,
+        scope: &ScopeKey,
+        query: &DecisionQuery,
+        _page: usize,
+        visit: &mut dyn FnMut(Decision) -> bool,
+    ) -> Result<()> {
+        validate_decision_query(query)?;
+        self.shared.journal.visit(scope, query, visit)
+    }
+
     fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
         self.shared.journal.export(sink)
     }
