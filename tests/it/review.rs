@@ -159,17 +159,24 @@ fn export_and_import_carry_the_journal() {
     assert_eq!(d[0].event, DecisionEvent::Inserted);
 }
 
-/// Both stores journal the same decisions for the same writes.
-#[test]
-fn both_stores_keep_the_same_journal() {
+/// The embedded store and the model, each at `cap` on the same fixed clock (the directory
+/// holds the embedded one).
+fn both_stores(cap: usize) -> (tempfile::TempDir, EmbeddedStore, InMemoryStore) {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock: lessons::store::Clock = std::sync::Arc::new(|| 1_795_424_400_000);
     let embedded = EmbeddedStore::builder()
-        .cap(3)
+        .cap(cap)
         .clock(clock.clone())
         .open(dir.path())
         .expect("open");
-    let model = InMemoryStore::with_clock(clock).with_cap(3);
+    let model = InMemoryStore::with_clock(clock).with_cap(cap);
+    (dir, embedded, model)
+}
+
+/// Both stores journal the same decisions for the same writes.
+#[test]
+fn both_stores_keep_the_same_journal() {
+    let (_dir, embedded, model) = both_stores(3);
     let s = scope("repo:acme/app");
     let stores: [&dyn MemoryStore; 2] = [&embedded, &model];
     for store in stores {
@@ -231,14 +238,7 @@ fn both_stores_keep_the_same_journal() {
 /// in-memory and remote stores use), at every page size.
 #[test]
 fn a_journal_visit_hands_what_a_read_answers_and_stops_where_asked() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock: lessons::store::Clock = std::sync::Arc::new(|| 1_795_424_400_000);
-    let embedded = EmbeddedStore::builder()
-        .cap(5)
-        .clock(clock.clone())
-        .open(dir.path())
-        .expect("open");
-    let model = InMemoryStore::with_clock(clock).with_cap(5);
+    let (_dir, embedded, model) = both_stores(5);
     let s = scope("repo:acme/app");
     let stores: [&dyn MemoryStore; 2] = [&embedded, &model];
     for store in stores {
