@@ -388,6 +388,9 @@ pub struct JournalRequest {
     /// Only these events; all when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<DecisionEvent>,
+    /// Only evictions of records never used (see `DecisionQuery::never_used`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never_used: bool,
 }
 
 /// The answer of `/journal` and of `lessons journal --json`: `{decisions}`.

@@ -117,6 +117,11 @@ impl Decision {
         }
     }
 
+    /// Whether this is the eviction of a record that was never used.
+    pub fn never_used(&self) -> bool {
+        self.event == DecisionEvent::Evicted && self.use_count == Some(0)
+    }
+
     /// Checks an entry read from an export.
     pub fn validate(&self) -> crate::error::Result<()> {
         let too_long = self.texts.iter().any(|t| t.len() > 64 * 1024)
@@ -151,6 +156,9 @@ pub struct DecisionQuery {
     pub events: Vec<DecisionEvent>,
     /// At most this many entries.
     pub limit: usize,
+    /// Only evictions of records that were never used (`use_count` 0): the lessons a review
+    /// shows as written for nothing. Every other event is left out.
+    pub never_used: bool,
 }
 
 impl Default for DecisionQuery {
@@ -159,6 +167,7 @@ impl Default for DecisionQuery {
             since: i64::MIN,
             events: Vec::new(),
             limit: 100,
+            never_used: false,
         }
     }
 }
@@ -166,7 +175,9 @@ impl Default for DecisionQuery {
 impl DecisionQuery {
     /// Whether `d` passes the filters (the limit aside).
     pub fn keeps(&self, d: &Decision) -> bool {
-        d.time >= self.since && (self.events.is_empty() || self.events.contains(&d.event))
+        d.time >= self.since
+            && (self.events.is_empty() || self.events.contains(&d.event))
+            && (!self.never_used || d.never_used())
     }
 }
 

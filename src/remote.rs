@@ -343,6 +343,7 @@ impl MemoryStore for RemoteStore {
             limit: query.limit,
             since: (query.since != i64::MIN).then_some(query.since),
             events: query.events.clone(),
+            never_used: query.never_used,
         };
         let answer = self.call(&request)?;
         Ok(answer.decisions)

@@ -220,21 +220,22 @@ fn scope_review(
     // The evidence, read newest first by event, each entry as it comes, and no further than
     // the evidence goes: the cost follows the evidence, not the journal's length. `page` is
     // the first read's size for a store that answers in pages (see `visit_decisions`).
-    let journal = |event: DecisionEvent, page: usize, visit: &mut dyn FnMut(Decision) -> bool| {
-        let query = DecisionQuery {
-            since: since_ms,
-            events: vec![event],
-            limit: MAX_JOURNAL_LIMIT,
-        };
+    let read = |query: DecisionQuery, page: usize, visit: &mut dyn FnMut(Decision) -> bool| {
         store.visit_decisions(scope, &query, page, visit)
+    };
+    let of = |event: DecisionEvent| DecisionQuery {
+        since: since_ms,
+        events: vec![event],
+        limit: MAX_JOURNAL_LIMIT,
+        never_used: false,
     };
     // The rejected texts, 20 per marker. The day counters say which markers the window holds
     // and how often, so the read stops once each has its samples; without counters (a journal
     // imported alone) it reads as far as a journal read may.
     let expected = &counters.rejected_by;
     let mut rejected_by_marker: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    journal(
-        DecisionEvent::Rejected,
+    read(
+        of(DecisionEvent::Rejected),
         SAMPLES * expected.len().max(1),
         &mut |d| {
             for m in &d.markers {
@@ -251,7 +252,7 @@ fn scope_review(
         },
     )?;
     let mut restatements = Vec::new();
-    journal(DecisionEvent::Restated, SAMPLES, &mut |d| {
+    read(of(DecisionEvent::Restated), SAMPLES, &mut |d| {
         restatements.push(Restatement {
             time: d.time,
             text: d.texts.first().cloned().unwrap_or_default(),
@@ -260,10 +261,16 @@ fn scope_review(
         });
         restatements.len() < SAMPLES
     })?;
-    // Evictions of records never retrieved, 100 of them; a page guesses half are.
+    // Evictions of records never retrieved, 100 of them: the store keeps them under a key of
+    // their own, so only they are read. The check stays for a server that predates
+    // `neverUsed` and answers every eviction.
     let mut evicted_unused = Vec::new();
-    journal(DecisionEvent::Evicted, SAMPLES * 10, &mut |d| {
-        if d.use_count == Some(0) {
+    let never_used = DecisionQuery {
+        never_used: true,
+        ..of(DecisionEvent::Evicted)
+    };
+    read(never_used, SAMPLES * 5, &mut |d| {
+        if d.never_used() {
             evicted_unused.push(Item {
                 id: d.ids.first().cloned().unwrap_or_default(),
                 text: d.texts.first().cloned().unwrap_or_default(),

@@ -27,6 +27,9 @@ pub(crate) struct JournalArgs {
     /// At most this many entries.
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
+    /// Only evictions of records never used: lessons written for nothing.
+    #[arg(long)]
+    pub never_used: bool,
 }
 
 pub(crate) fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
@@ -55,6 +58,7 @@ pub(crate) fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure>
                 since,
                 events,
                 limit: args.limit,
+                never_used: args.never_used,
             },
         )
         .map_err(fail)?;

@@ -468,12 +468,18 @@ fn journal(o: &Map<String, Value>) -> Result<Body, String> {
             .collect::<Result<Vec<_>, String>>()?,
         Some(_) => return Err("events must be an array".into()),
     };
+    let never_used = match field(o, "neverUsed") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("neverUsed must be a boolean".into()),
+    };
     Ok(Body::Journal {
         scope,
         query: crate::decisions::DecisionQuery {
             since,
             events,
             limit,
+            never_used,
         },
     })
 }
@@ -632,6 +638,11 @@ mod tests {
                 "body must be a JSON object",
             ),
             (PostRoute::Sweep, json!([]), "body must be a JSON object"),
+            (
+                PostRoute::Journal,
+                json!({"scopeKey": "org:a", "neverUsed": "yes"}),
+                "neverUsed must be a boolean",
+            ),
             (
                 PostRoute::Sweep,
                 json!({"scopeKey": "org:a", "dryRun": "yes"}),

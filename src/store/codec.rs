@@ -25,7 +25,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::decisions::DecisionEvent;
+use crate::decisions::{Decision, DecisionEvent};
 use crate::error::{Error, Result};
 use crate::model::{Kind, Record, ScopeKey, Status};
 
@@ -34,9 +34,10 @@ use crate::model::{Kind, Record, ScopeKey, Status};
 /// holding every active record with it, found by a point read; version 3 records a retrieve's
 /// use of a record in `usage` instead of rewriting the record; version 4 keys each
 /// decision-journal entry by its event after its scope, so the entries of one event are one
-/// prefix. An older store is upgraded in place at open (see `embedded::Upgrade`); a build that
-/// knows an older version refuses a newer one.
-pub const STORE_FORMAT: u8 = 4;
+/// prefix; version 5 gives the eviction of a record never used a class byte of its own, so
+/// those are one prefix too. An older store is upgraded in place at open (see
+/// `embedded::Upgrade`); a build that knows an older version refuses a newer one.
+pub const STORE_FORMAT: u8 = 5;
 
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
 pub const LAST_BATCH: &str = "last batch";
@@ -235,23 +236,35 @@ pub fn counters_key(day: i64, scope: &ScopeKey) -> Vec<u8> {
     k
 }
 
-/// A journal entry's key: scope, NUL, its event, then the time and a store-wide counter, both
-/// inverted, so a forward scan of a scope's (or one event's) prefix reads the newest first.
-/// The last 16 bytes (`decision_order`) order entries across events.
-pub fn decision_key(scope: &ScopeKey, event: DecisionEvent, time: i64, counter: u64) -> Vec<u8> {
-    let mut k = scope_prefix(scope.as_str(), 17);
-    k.push(event_byte(event));
-    let t = ordered(time);
+/// A journal entry's key: scope, NUL, its class byte (`class_byte`), then the time and a
+/// store-wide counter, both inverted, so a forward scan of a scope's (or one class's) prefix
+/// reads the newest first. The last 16 bytes (`decision_order`) order entries across classes.
+pub fn decision_key(d: &Decision, counter: u64) -> Vec<u8> {
+    let mut k = scope_prefix(d.scope_key.as_str(), 17);
+    k.push(class_byte(d));
+    let t = ordered(d.time);
     k.extend(t.iter().map(|b| !b));
     k.extend_from_slice(&(!counter).to_be_bytes());
     k
 }
 
-/// Every journal entry of `scope` of `event`.
-pub fn decision_event_prefix(scope: &ScopeKey, event: DecisionEvent) -> Vec<u8> {
-    let mut k = scope_prefix(scope.as_str(), 1);
-    k.push(event_byte(event));
-    k
+/// The prefixes holding `scope`'s entries of `event`, one per class (an eviction has two); only
+/// the never-used evictions' when `never_used` (none for another event).
+pub fn decision_prefixes(scope: &ScopeKey, event: DecisionEvent, never_used: bool) -> Vec<Vec<u8>> {
+    let classes: &[u8] = match (event, never_used) {
+        (DecisionEvent::Evicted, true) => &[NEVER_USED],
+        (DecisionEvent::Evicted, false) => &[event_byte(event), NEVER_USED],
+        (_, true) => &[],
+        (_, false) => &[event_byte(event)],
+    };
+    classes
+        .iter()
+        .map(|&class| {
+            let mut k = scope_prefix(scope.as_str(), 1);
+            k.push(class);
+            k
+        })
+        .collect()
 }
 
 /// An event's byte in a journal key: its place in `DecisionEvent::ALL`.
@@ -262,32 +275,71 @@ fn event_byte(event: DecisionEvent) -> u8 {
         .map_or(u8::MAX, |i| i as u8)
 }
 
-/// The part of a journal key that orders entries, newest first, across events: the inverted
+/// The class byte of the eviction of a record never used: one past the events' bytes.
+const NEVER_USED: u8 = DecisionEvent::ALL.len() as u8;
+
+/// The byte after a journal key's scope: the entry's event's byte, except that the eviction of
+/// a record never used has a byte of its own, so a review's evidence of lessons written for
+/// nothing is one prefix rather than a filter over every eviction.
+fn class_byte(d: &Decision) -> u8 {
+    if d.never_used() {
+        NEVER_USED
+    } else {
+        event_byte(d.event)
+    }
+}
+
+/// The part of a journal key that orders entries, newest first, across classes: the inverted
 /// time and counter (its last 16 bytes).
 pub fn decision_order(key: &[u8]) -> &[u8] {
     key.get(key.len().saturating_sub(16)..).unwrap_or(key)
 }
 
 /// Whether `key` is a journal key of store format 3 or older (scope, NUL, time, counter: no
-/// event byte), which the format 4 upgrade re-keys.
-pub fn is_unevented_decision_key(key: &[u8]) -> bool {
+/// class byte).
+fn is_unclassed_decision_key(key: &[u8]) -> bool {
     scope_bytes(key).is_some_and(|scope| key.len() == scope.len() + 1 + 16)
 }
 
-/// The format 4 key of an entry stored under `old` (format 3 or older) as `d`.
-pub fn evented_decision_key(old: &[u8], d: &crate::decisions::Decision) -> Option<Vec<u8>> {
-    let scope = scope_bytes(old)?;
-    let mut k = Vec::with_capacity(old.len() + 1);
-    k.extend_from_slice(scope);
-    k.push(0);
-    k.push(event_byte(d.event));
-    k.extend_from_slice(old.get(scope.len() + 1..)?);
-    Some(k)
+/// Whether `key` is a journal key of store format 4 or later (scope, NUL, a byte, time,
+/// counter) whose byte is `d`'s event's (format 4) or its class's (format 5).
+fn is_classed_key_of(key: &[u8], d: &Decision) -> bool {
+    scope_bytes(key).is_some_and(|scope| {
+        key.len() == scope.len() + 1 + 17
+            && key
+                .get(scope.len() + 1)
+                .is_some_and(|&b| b == event_byte(d.event) || b == class_byte(d))
+    })
 }
 
-/// Whether a format 4 journal key names `event` (its byte after the scope).
-pub fn decision_key_has_event(key: &[u8], event: DecisionEvent) -> bool {
-    scope_bytes(key).and_then(|scope| key.get(scope.len() + 1)) == Some(&event_byte(event))
+/// Whether `key` is laid out as a key of `d` by this or an older format (what salvage accepts).
+pub fn is_decision_key_of(key: &[u8], d: &Decision) -> bool {
+    is_unclassed_decision_key(key) || is_classed_key_of(key, d)
+}
+
+/// The key an entry stored as `d` under `old` (a key of this or an older format) has in this
+/// format, when that is not `old`; `None` for a current key or one of no known layout.
+pub fn current_decision_key(old: &[u8], d: &Decision) -> Option<Vec<u8>> {
+    if !is_decision_key_of(old, d) {
+        return None;
+    }
+    let scope = scope_bytes(old)?;
+    let mut k = Vec::with_capacity(scope.len() + 1 + 17);
+    k.extend_from_slice(scope);
+    k.push(0);
+    k.push(class_byte(d));
+    k.extend_from_slice(decision_order(old));
+    (k != old).then_some(k)
+}
+
+/// Whether `key` may hold an entry a format 5 upgrade re-keys: one of format 3 or older, or
+/// an eviction keyed by its event (format 4 kept never-used evictions there too).
+pub fn may_need_rekey(key: &[u8]) -> bool {
+    is_unclassed_decision_key(key)
+        || scope_bytes(key).is_some_and(|scope| {
+            key.len() == scope.len() + 1 + 17
+                && key.get(scope.len() + 1) == Some(&event_byte(DecisionEvent::Evicted))
+        })
 }
 
 /// The time of a journal entry's key.

@@ -260,15 +260,13 @@ fn witnessed_tail(witnessed: &NextIds, found: &BTreeMap<String, Record>) -> Vec<
     tail
 }
 
-/// A journal item that is a decision-journal entry: its key is scope, NUL, the event (format 4
-/// on; none before), the inverted time and counter, and its value decodes as an entry of that
-/// scope, event and time.
+/// A journal item that is a decision-journal entry: its key is scope, NUL, the event or its
+/// class (format 4 on; none before), the inverted time and counter, and its value decodes as an
+/// entry of that scope, event and time.
 fn as_decision(key: &[u8], value: &[u8]) -> Option<Decision> {
     let scope = codec::scope_bytes(key)?;
     let d = codec::decode_decision(value).ok()?;
-    let layout = codec::is_unevented_decision_key(key)
-        || (key.len() == scope.len() + 1 + 17 && codec::decision_key_has_event(key, d.event));
-    (layout
+    (codec::is_decision_key_of(key, &d)
         && d.scope_key.as_str().as_bytes() == scope
         && codec::decision_time(key) == Some(d.time))
     .then_some(d)

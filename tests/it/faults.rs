@@ -1026,13 +1026,13 @@ fn a_format_1_store_opens_and_is_upgraded_in_place() {
     drop(store);
     assert_eq!(
         stored_format(dir.path()),
-        Some(vec![4]),
+        Some(vec![5]),
         "the store says the current format"
     );
 }
 
 #[test]
-fn a_format_3_store_opens_and_its_journal_is_keyed_by_event() {
+fn a_format_3_store_opens_and_its_journal_is_keyed_by_class() {
     // Written by the build before journal keys held their event (format 3): three facts, a
     // restatement's dedup and an eviction at cap 3, a sweep, and a forget in another scope.
     let dir = fixture_store("store-format-3");
@@ -1046,7 +1046,7 @@ fn a_format_3_store_opens_and_its_journal_is_keyed_by_event() {
         ..all.clone()
     };
     {
-        let store = EmbeddedStore::open(dir.path()).expect("a format 3 store opens");
+        let store = open_fixture(dir.path()).expect("a format 3 store opens");
         assert!(store.check().expect("doctor").is_ok());
         let events: Vec<lessons::DecisionEvent> = store
             .decisions(&app, &all)
@@ -1088,12 +1088,83 @@ fn a_format_3_store_opens_and_its_journal_is_keyed_by_event() {
     }
     assert_eq!(
         stored_format(dir.path()),
-        Some(vec![4]),
+        Some(vec![5]),
         "the store says the current format"
     );
-    // Reopened as format 4, the journal reads the same.
-    let store = EmbeddedStore::open(dir.path()).expect("reopens");
+    // Reopened as the current format, the journal reads the same.
+    let store = open_fixture(dir.path()).expect("reopens");
     assert_eq!(store.decisions(&app, &all).expect("journal").len(), 7);
+    assert!(store.check().expect("doctor").is_ok());
+}
+
+/// A fixture store opened with a journal that keeps ten years: its entries are dated when the
+/// fixture was written, and a 90-day journal would hide them once the fixture is that old.
+fn open_fixture(dir: &Path) -> lessons::Result<EmbeddedStore> {
+    EmbeddedStore::builder().journal(3650, 10_000).open(dir)
+}
+
+#[test]
+fn a_format_4_store_opens_and_its_never_used_evictions_get_a_key_of_their_own() {
+    // Written by the build whose journal kept every eviction under the event's byte (format
+    // 4): five facts at cap 3, one of them retrieved, then a sixth at cap 2, so four
+    // evictions (three never used, one used once), and a fact in org:acme.
+    let dir = fixture_store("store-format-4");
+    let (app, org) = (scope("repo:acme/app"), scope("org:acme"));
+    let all = lessons::DecisionQuery {
+        limit: 100,
+        ..lessons::DecisionQuery::default()
+    };
+    let never_used = lessons::DecisionQuery {
+        never_used: true,
+        ..all.clone()
+    };
+    let ids = |v: &[lessons::Decision]| v.iter().map(|d| d.ids[0].clone()).collect::<Vec<_>>();
+    let before = {
+        let store = open_fixture(dir.path()).expect("a format 4 store opens");
+        assert!(store.check().expect("doctor").is_ok());
+        let every = store.decisions(&app, &all).expect("journal");
+        assert_eq!(every.len(), 10, "six inserts and four evictions: {every:?}");
+        let unused = store.decisions(&app, &never_used).expect("journal");
+        assert_eq!(
+            ids(&unused),
+            [
+                "mem:repo:acme/app:3",
+                "mem:repo:acme/app:2",
+                "mem:repo:acme/app:1"
+            ],
+            "the never-used evictions, newest first"
+        );
+        let evicted = lessons::DecisionQuery {
+            events: vec![lessons::DecisionEvent::Evicted],
+            ..all.clone()
+        };
+        let evictions = store.decisions(&app, &evicted).expect("journal");
+        assert_eq!(
+            ids(&evictions),
+            [
+                "mem:repo:acme/app:3",
+                "mem:repo:acme/app:0",
+                "mem:repo:acme/app:2",
+                "mem:repo:acme/app:1"
+            ],
+            "every eviction, both classes merged newest first"
+        );
+        assert_eq!(evictions[1].use_count, Some(1));
+        assert_eq!(store.decisions(&org, &all).expect("journal").len(), 1);
+        store.close().expect("close");
+        every
+    };
+    assert_eq!(
+        stored_format(dir.path()),
+        Some(vec![5]),
+        "the store says the current format"
+    );
+    let store = open_fixture(dir.path()).expect("reopens");
+    assert_eq!(store.decisions(&app, &all).expect("journal"), before);
+    assert_eq!(
+        store.decisions(&app, &never_used).expect("journal").len(),
+        3
+    );
     assert!(store.check().expect("doctor").is_ok());
 }
 
@@ -1147,7 +1218,7 @@ fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
     assert!(used_since >= used_first);
     assert_eq!(
         stored_format(dir.path()),
-        Some(vec![4]),
+        Some(vec![5]),
         "the store says the current format"
     );
     assert_eq!(

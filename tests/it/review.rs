@@ -233,6 +233,78 @@ fn both_stores_keep_the_same_journal() {
         .all(|d| d.use_count.is_some() && d.age_ms.is_some()));
 }
 
+/// The evictions of records never used read as a filter of every eviction would, in both
+/// stores: the embedded store keeps them under a class byte of their own, the model filters.
+#[test]
+fn never_used_evictions_read_as_the_filter_of_every_eviction() {
+    let (_dir, embedded, model) = both_stores(3);
+    let s = scope("repo:acme/app");
+    let stores: [&dyn MemoryStore; 2] = [&embedded, &model];
+    for store in stores {
+        for round in 0..6 {
+            let facts: Vec<Candidate> = (0..2)
+                .map(|i| Candidate::fact(format!("lesson {round}.{i} about the linker"), "t"))
+                .collect();
+            store
+                .write(&s, &facts, &WriteOptions::default())
+                .expect("write");
+            // Every other round, the newest lesson is used before the cap evicts it.
+            if round % 2 == 0 {
+                store
+                    .retrieve(&s, &format!("lesson {round}.1 linker"), 1)
+                    .expect("retrieve");
+            }
+        }
+    }
+    let of = |events: Vec<DecisionEvent>, never_used: bool| DecisionQuery {
+        events,
+        limit: 1000,
+        never_used,
+        ..DecisionQuery::default()
+    };
+    let evictions = embedded
+        .decisions(&s, &of(vec![DecisionEvent::Evicted], false))
+        .expect("evictions");
+    let unused: Vec<_> = evictions
+        .iter()
+        .filter(|d| d.use_count == Some(0))
+        .cloned()
+        .collect();
+    assert!(
+        !unused.is_empty() && unused.len() < evictions.len(),
+        "the writes evict used and unused lessons: {evictions:?}"
+    );
+    for events in [
+        vec![],
+        vec![DecisionEvent::Evicted],
+        vec![DecisionEvent::Evicted, DecisionEvent::Inserted],
+    ] {
+        let q = of(events, true);
+        let a = embedded.decisions(&s, &q).expect("embedded");
+        assert_eq!(a, unused, "{q:?}");
+        assert_eq!(model.decisions(&s, &q).expect("model"), unused, "{q:?}");
+        for page in [1, 2, 64] {
+            let mut seen = Vec::new();
+            embedded
+                .visit_decisions(&s, &q, page, &mut |d| {
+                    seen.push(d);
+                    true
+                })
+                .expect("visit");
+            assert_eq!(seen, unused, "page {page}");
+        }
+    }
+    let none = of(vec![DecisionEvent::Inserted], true);
+    assert!(embedded.decisions(&s, &none).expect("read").is_empty());
+    assert!(model.decisions(&s, &none).expect("read").is_empty());
+    // Every entry still reads, in one order, whatever its key.
+    let all = of(vec![], false);
+    assert_eq!(
+        embedded.decisions(&s, &all).expect("embedded"),
+        model.decisions(&s, &all).expect("model")
+    );
+}
+
 /// A visit hands the entries a read answers, in its order, stops where the visitor stops, and
 /// never hands one twice: read once (the embedded store) or in doubling pages (the default the
 /// in-memory and remote stores use), at every page size.

@@ -813,6 +813,29 @@ fn the_cli_talks_to_a_server_with_dash_dash_server() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr)
         .contains("answered 400: limit must be an integer between 1 and 50"));
+    // A cap of 1 evicts the first lesson, never used: the journal's filter crosses the wire.
+    let capped = cli(
+        &["write", "--scope", "repo:acme/app", "--cap", "1"],
+        r#"[{"kind":"fact","text":"the docs build needs mdbook","sourceThreadKey":"t"}]"#,
+    );
+    assert_eq!(capped.status.code(), Some(0));
+    let unused = cli(
+        &[
+            "journal",
+            "--scope",
+            "repo:acme/app",
+            "--never-used",
+            "--json",
+        ],
+        "",
+    );
+    let answer: serde_json::Value =
+        serde_json::from_slice(&unused.stdout).expect("the journal answers JSON");
+    let decisions = answer["decisions"].as_array().expect("decisions");
+    assert_eq!(decisions.len(), 1, "{answer}");
+    assert_eq!(decisions[0]["event"], "evicted");
+    assert_eq!(decisions[0]["useCount"], 0);
+    assert_eq!(decisions[0]["texts"][0], "npm ci before vitest");
     let doc = cli(&["doctor"], "");
     assert_eq!(doc.status.code(), Some(2));
     let _ = s.child.kill();

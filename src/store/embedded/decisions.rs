@@ -145,7 +145,7 @@ impl DecisionJournal {
             let counter = self.counter.fetch_add(1, Ordering::Relaxed);
             batch.insert(
                 &self.entries,
-                codec::decision_key(&d.scope_key, d.event, d.time, counter),
+                codec::decision_key(d, counter),
                 codec::encode_decision(d)?,
             );
             growth.add(Growth {
@@ -225,14 +225,21 @@ impl DecisionJournal {
         let mut handed = 0;
         // What pruning will remove reads as removed: entries past the cap or the age limit.
         let since = query.since.max(self.cutoff());
-        let every = query.events.is_empty() || query.events.len() == DecisionEvent::ALL.len();
+        let every = !query.never_used
+            && (query.events.is_empty() || query.events.len() == DecisionEvent::ALL.len());
         let (events, floor) = if every {
             (&DecisionEvent::ALL[..], None)
+        } else if query.events.is_empty() {
+            (&DecisionEvent::ALL[..], self.cap_floor(scope)?)
         } else {
             (&query.events[..], self.cap_floor(scope)?)
         };
+        let classes = Classes {
+            events,
+            never_used: query.never_used,
+        };
         let entries = self
-            .merged(None, scope, events, Order::NewestFirst, true)
+            .merged(None, scope, classes, Order::NewestFirst, true)
             .take(if every { self.cap } else { usize::MAX });
         for entry in entries {
             let (k, v) = entry?;
@@ -263,7 +270,7 @@ impl DecisionJournal {
     /// scope's count is known (at most a sixteenth of the cap is read), else from the newest.
     fn cap_floor(&self, scope: &ScopeKey) -> Result<Option<Vec<u8>>> {
         let tally = self.tallies.lock().get(scope).copied();
-        let all = &DecisionEvent::ALL[..];
+        let all = Classes::ALL;
         let at = match tally {
             Some(t) if t.counted && t.entries <= self.cap => return Ok(None),
             Some(t) if t.counted => self
@@ -283,35 +290,34 @@ impl DecisionJournal {
         }
     }
 
-    /// `scope`'s entries of `events` in `order`, live or from `snapshot`, with their values
+    /// `scope`'s entries of `classes` in `order`, live or from `snapshot`, with their values
     /// when `values`.
     fn merged(
         &self,
         snapshot: Option<&fjall::Snapshot>,
         scope: &ScopeKey,
-        events: &[DecisionEvent],
+        classes: Classes<'_>,
         order: Order,
         values: bool,
     ) -> Merged {
-        Merged::new(self.scan(snapshot, scope, events), order, values)
+        Merged::new(self.scan(snapshot, scope, classes), order, values)
     }
 
-    /// One prefix scan per event of `scope`'s journal, live or from `snapshot` (read from
+    /// One prefix scan per class of `scope`'s journal, live or from `snapshot` (read from
     /// either end by `Merged`).
     fn scan(
         &self,
         snapshot: Option<&fjall::Snapshot>,
         scope: &ScopeKey,
-        events: &[DecisionEvent],
+        classes: Classes<'_>,
     ) -> Vec<fjall::Iter> {
-        events
+        classes
+            .events
             .iter()
-            .map(|&e| {
-                let prefix = codec::decision_event_prefix(scope, e);
-                match snapshot {
-                    Some(snap) => snap.prefix(&self.entries, prefix),
-                    None => self.entries.prefix(prefix),
-                }
+            .flat_map(|&e| codec::decision_prefixes(scope, e, classes.never_used))
+            .map(|prefix| match snapshot {
+                Some(snap) => snap.prefix(&self.entries, prefix),
+                None => self.entries.prefix(prefix),
             })
             .collect()
     }
@@ -324,7 +330,7 @@ impl DecisionJournal {
         let scopes = self.scopes(&self.db.snapshot())?;
         for scope in scopes {
             let snap = self.db.snapshot();
-            let all = &DecisionEvent::ALL[..];
+            let all = Classes::ALL;
             for entry in self.merged(Some(&snap), &scope, all, Order::OldestFirst, true) {
                 let (_, v) = entry?;
                 sink(codec::decode_decision_of(&v.unwrap_or_default(), &scope)?)?;
@@ -377,20 +383,21 @@ impl DecisionJournal {
         Ok(entries.len() as u64)
     }
 
-    /// Re-keys every entry a store of format 3 or older wrote (scope, time, counter) with its
-    /// event after its scope (format 4), in durable batches; an entry already re-keyed is left,
-    /// so an upgrade cut short is finished by the next. Returns how many moved.
+    /// Re-keys every entry an older format keyed otherwise: format 3 and older (no class
+    /// byte) and format 4's never-used evictions (keyed as every eviction), in durable
+    /// batches; an entry already re-keyed is left, so an upgrade cut short is finished by the
+    /// next. Returns how many moved.
     pub(super) fn rekey(&self, group: &GroupCommit) -> Result<u64> {
         let mut moved = 0u64;
         let mut batch = self.db.batch();
         let mut in_batch = 0;
         for g in self.db.snapshot().iter(&self.entries) {
             let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
-            if !codec::is_unevented_decision_key(&k) {
+            if !codec::may_need_rekey(&k) {
                 continue;
             }
             let d = codec::decode_decision(&v)?;
-            let Some(key) = codec::evented_decision_key(&k, &d) else {
+            let Some(key) = codec::current_decision_key(&k, &d) else {
                 continue;
             };
             batch.remove(&self.entries, k.to_vec());
@@ -448,7 +455,7 @@ impl DecisionJournal {
         });
         let mut batch = self.db.batch();
         let (mut kept, mut removed, mut oldest) = (0usize, 0usize, i64::MAX);
-        let all = &DecisionEvent::ALL[..];
+        let all = Classes::ALL;
         for entry in self.merged(Some(&snapshot), scope, all, Order::NewestFirst, false) {
             let (k, _) = entry?;
             let time = codec::decision_time(&k);
@@ -486,7 +493,7 @@ impl DecisionJournal {
         let mut removed = 0usize;
         // Entries committed since the round began are newer than any this scan removes.
         let mut oldest = (self.clock)();
-        let all = &DecisionEvent::ALL[..];
+        let all = Classes::ALL;
         for entry in self.merged(None, scope, all, Order::OldestFirst, false) {
             let (k, _) = entry?;
             let time = codec::decision_time(&k);
@@ -507,6 +514,22 @@ impl DecisionJournal {
         tally.oldest = oldest;
         Ok(())
     }
+}
+
+/// Which of a scope's entries a scan reads: those of `events`, or only their never-used
+/// evictions (see `codec::decision_prefixes`).
+#[derive(Clone, Copy)]
+struct Classes<'a> {
+    events: &'a [DecisionEvent],
+    never_used: bool,
+}
+
+impl Classes<'static> {
+    /// Every entry.
+    const ALL: Classes<'static> = Classes {
+        events: &DecisionEvent::ALL,
+        never_used: false,
+    };
 }
 
 /// Which end of a journal a scan starts at.
@@ -759,6 +782,7 @@ mod tests {
             since: 0,
             events: vec![DecisionEvent::Restated],
             limit: 1_000,
+            never_used: false,
         };
         let before = reopened.read(&scope, &query).expect("read");
         // The newest 100 of the 150 are kept, a third of them restatements.

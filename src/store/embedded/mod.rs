@@ -211,7 +211,7 @@ impl EmbeddedStore {
         }
         if upgrade.decision_keys {
             let moved = shared.journal.rekey(&shared.group)?;
-            log::info!("[store] re-keyed {moved} decision-journal entries by their event");
+            log::info!("[store] re-keyed {moved} decision-journal entries by their class");
         }
         if upgrade.dedup_keys || upgrade.decision_keys {
             // Last: an upgrade cut short is redone at the next open (each step is).
@@ -386,7 +386,8 @@ impl Drop for EmbeddedStore {
 struct Upgrade {
     /// Format 1: one dedup key per normalized text, rebuilt from the records.
     dedup_keys: bool,
-    /// Formats 1 to 3: every decision-journal entry re-keyed with its event.
+    /// Formats 1 to 4: decision-journal entries re-keyed with their class (the event, or the
+    /// never-used eviction's own byte).
     decision_keys: bool,
 }
 
@@ -399,8 +400,9 @@ fn needs_upgrade(records: &Records, dir: &Path) -> Result<Upgrade> {
             dedup_keys: true,
             decision_keys: true,
         },
-        // Format 2 holds no usage entry: only its journal's keys change.
-        Some([2 | 3]) => Upgrade {
+        // Format 2 holds no usage entry: only its journal's keys change; format 4 keyed
+        // never-used evictions as every eviction.
+        Some([2..=4]) => Upgrade {
             dedup_keys: false,
             decision_keys: true,
         },
