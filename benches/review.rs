@@ -19,7 +19,10 @@
 //!
 //! Timed: `review` over every scope and the last 7 days, in process (what `lessons review`
 //! runs after it opens the store) and as `POST /review` on a server over the same store, each
-//! 11 times after one warm-up; p50 and the slowest. Building the stores takes a few minutes.
+//! 11 times after one warm-up; p50 and the slowest. The three stores are open together and
+//! reviewed in turn, a round at a time, so the ratios compare reviews taken in the same
+//! minutes. The repeats are warm: the block cache and each scope's gate mark are kept from the
+//! review before, and no writes come between reviews. Building the stores takes a minute.
 //!
 //! `cargo bench --bench review`
 
@@ -147,80 +150,111 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
-/// The first review, the review in process, then as `POST /review`: (p50, slowest) of each.
-fn time_review(store: EmbeddedStore) -> (Duration, (Duration, Duration), (Duration, Duration)) {
-    let store: Arc<dyn MemoryStore> = Arc::new(store);
-    let thresholds = Thresholds::default();
-    let mut local = Vec::new();
-    let mut first = Duration::ZERO;
-    for i in 0..=RUNS {
-        let started = Instant::now();
-        let r = review(store.as_ref(), 7, None, NOW, &thresholds).expect("review");
-        assert!(!r.scopes.is_empty());
-        if i > 0 {
-            local.push(started.elapsed());
-        } else {
-            first = started.elapsed();
-        }
-    }
-    let token = "bench-token-0123456789";
-    let auth = Auth {
-        token: Some(token.into()),
-        read_token: None,
-        open: false,
-    };
-    let server = Background::start(AppState::new(
-        Arc::clone(&store),
-        auth,
-        ContextConfig::default(),
-    ))
-    .expect("server");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut http = Vec::new();
-    for i in 0..=RUNS {
-        let started = Instant::now();
-        let mut resp = agent
-            .post(format!("{}/review", server.url()))
-            .header("content-type", "application/json")
-            .header("authorization", &format!("Bearer {token}"))
-            .send(br#"{"days":7}"#.as_slice())
-            .expect("answered");
-        let body = resp.body_mut().read_to_string().expect("body");
-        assert_eq!(resp.status().as_u16(), 200, "{body}");
-        if i > 0 {
-            http.push(started.elapsed());
-        }
-    }
-    (first, p50_max(local), p50_max(http))
+/// One review of every scope in process: how long it took.
+fn review_once(store: &dyn MemoryStore) -> Duration {
+    let started = Instant::now();
+    let r = review(store, 7, None, NOW, &Thresholds::default()).expect("review");
+    assert!(!r.scopes.is_empty());
+    started.elapsed()
+}
+
+/// One `POST /review` of the last 7 days: how long it took, the body read whole.
+fn post_once(agent: &ureq::Agent, server: &Background, token: &str) -> Duration {
+    let started = Instant::now();
+    let mut resp = agent
+        .post(format!("{}/review", server.url()))
+        .header("content-type", "application/json")
+        .header("authorization", &format!("Bearer {token}"))
+        .send(br#"{"days":7}"#.as_slice())
+        .expect("answered");
+    let body = resp.body_mut().read_to_string().expect("body");
+    assert_eq!(resp.status().as_u16(), 200, "{body}");
+    started.elapsed()
 }
 
 fn main() {
     let _tuned = lessons::allocator::tune();
     let shapes = [(45, 10_000), (450, 10_000), (45, 100_000)];
     println!("\nThe week's review (7 days, every scope) on full journals\n");
-    println!("| store | first review (reads every fact) | review in process p50 (slowest) | `POST /review` p50 (slowest) | p50 ÷ the first row |");
-    println!("|---|---|---|---|---|");
-    let mut first = None;
+    let mut dirs = Vec::new();
+    let mut stores: Vec<Arc<EmbeddedStore>> = Vec::new();
     for (scopes, journal) in shapes {
         let dir = tempfile::tempdir().expect("dir");
         let built = Instant::now();
         let store = build(dir.path(), scopes, journal);
-        let built = built.elapsed();
-        let settled = settle(&store);
         eprintln!(
-            "built {scopes} scopes × {journal} entries in {:.0} s, at rest {:.1} s later ({:?})",
-            built.as_secs_f64(),
+            "built {scopes} scopes × {journal} entries in {:.0} s",
+            built.elapsed().as_secs_f64()
+        );
+        dirs.push(dir);
+        stores.push(Arc::new(store));
+    }
+    // Settled after all are built: a store built first would otherwise compact while the
+    // others are timed.
+    for (store, (scopes, journal)) in stores.iter().zip(shapes) {
+        let settled = settle(store);
+        eprintln!(
+            "{scopes} scopes × {journal} entries at rest after {:.1} s ({:?})",
             settled.as_secs_f64(),
             store.upkeep()
         );
-        let (cold, (l50, lmax), (h50, hmax)) = time_review(store);
-        let base = *first.get_or_insert(l50);
+    }
+    let stores: Vec<Arc<dyn MemoryStore>> = stores
+        .into_iter()
+        .map(|s| s as Arc<dyn MemoryStore>)
+        .collect();
+    // Each store's first review, then the repeats taken in turn, one review of each store a
+    // round, so the machine's drift over the minutes they take falls on every store alike.
+    let first: Vec<Duration> = stores.iter().map(|s| review_once(s.as_ref())).collect();
+    let mut local = vec![Vec::new(); stores.len()];
+    for round in 0..=RUNS {
+        for (store, samples) in stores.iter().zip(&mut local) {
+            let took = review_once(store.as_ref());
+            if round > 0 {
+                samples.push(took);
+            }
+        }
+    }
+    let token = "bench-token-0123456789";
+    let servers: Vec<Background> = stores
+        .iter()
+        .map(|store| {
+            let auth = Auth {
+                token: Some(token.into()),
+                read_token: None,
+                open: false,
+            };
+            Background::start(AppState::new(
+                Arc::clone(store),
+                auth,
+                ContextConfig::default(),
+            ))
+            .expect("server")
+        })
+        .collect();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut http = vec![Vec::new(); stores.len()];
+    for round in 0..=RUNS {
+        for (server, samples) in servers.iter().zip(&mut http) {
+            let took = post_once(&agent, server, token);
+            if round > 0 {
+                samples.push(took);
+            }
+        }
+    }
+    println!("| store | first review (reads every fact) | review in process p50 (slowest) | `POST /review` p50 (slowest) | p50 ÷ the first row |");
+    println!("|---|---|---|---|---|");
+    let mut base = None;
+    for (i, (scopes, journal)) in shapes.into_iter().enumerate() {
+        let (l50, lmax) = p50_max(local[i].clone());
+        let (h50, hmax) = p50_max(http[i].clone());
+        let base = *base.get_or_insert(l50);
         println!(
             "| {scopes} scopes × {journal} entries | {} | {} ({}) | {} ({}) | {:.2}× |",
-            ms(cold),
+            ms(first[i]),
             ms(l50),
             ms(lmax),
             ms(h50),
