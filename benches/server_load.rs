@@ -31,6 +31,12 @@ use lessons::{ContextConfig, EmbeddedStore, MemoryStore, ScopeKey};
 use serde_json::json;
 use support::{brief, records, text, vocabulary, Rng};
 
+/// The allocator the `lessons` binary serves on (see `lessons::allocator`), so the server here
+/// allocates as `lessons serve` does; the clients share it.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const CLIENTS: usize = 32;
 const PHASE: Duration = Duration::from_secs(5);
 const MAX_REQUESTS: u64 = 200_000;
@@ -237,6 +243,7 @@ fn run_open(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>, rate: u64) -> b
 }
 
 fn main() {
+    let _tuned = lessons::allocator::tune();
     let dir = tempfile::tempdir().expect("dir");
     let store = EmbeddedStore::open(dir.path()).expect("open");
     let mut rng = Rng(0x5eed);
