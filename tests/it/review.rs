@@ -233,6 +233,24 @@ fn both_stores_keep_the_same_journal() {
         .all(|d| d.use_count.is_some() && d.age_ms.is_some()));
 }
 
+/// What a visit of `query` in pages of `page` hands before the visitor stops at `stop` entries.
+fn visited(
+    store: &dyn MemoryStore,
+    s: &ScopeKey,
+    query: &DecisionQuery,
+    page: usize,
+    stop: usize,
+) -> Vec<lessons::Decision> {
+    let mut seen = Vec::new();
+    store
+        .visit_decisions(s, query, page, &mut |d| {
+            seen.push(d);
+            seen.len() < stop
+        })
+        .expect("visit");
+    seen
+}
+
 /// The evictions of records never used read as a filter of every eviction would, in both
 /// stores: the embedded store keeps them under a class byte of their own, the model filters.
 #[test]
@@ -284,14 +302,11 @@ fn never_used_evictions_read_as_the_filter_of_every_eviction() {
         assert_eq!(a, unused, "{q:?}");
         assert_eq!(model.decisions(&s, &q).expect("model"), unused, "{q:?}");
         for page in [1, 2, 64] {
-            let mut seen = Vec::new();
-            embedded
-                .visit_decisions(&s, &q, page, &mut |d| {
-                    seen.push(d);
-                    true
-                })
-                .expect("visit");
-            assert_eq!(seen, unused, "page {page}");
+            assert_eq!(
+                visited(&embedded, &s, &q, page, usize::MAX),
+                unused,
+                "page {page}"
+            );
         }
     }
     let none = of(vec![DecisionEvent::Inserted], true);
@@ -329,34 +344,14 @@ fn a_journal_visit_hands_what_a_read_answers_and_stops_where_asked() {
             let all = store.decisions(&s, &q).expect("read");
             assert!(all.len() >= 35, "{} entries", all.len());
             for page in [1, 3, 7, 64] {
-                let mut seen = Vec::new();
-                store
-                    .visit_decisions(&s, &q, page, &mut |d| {
-                        seen.push(d);
-                        true
-                    })
-                    .expect("visit");
-                assert_eq!(seen, all, "page {page}");
+                assert_eq!(visited(store, &s, &q, page, usize::MAX), all, "page {page}");
                 for stop in [1, 4, 9, all.len()] {
-                    let mut seen = Vec::new();
-                    store
-                        .visit_decisions(&s, &q, page, &mut |d| {
-                            seen.push(d);
-                            seen.len() < stop
-                        })
-                        .expect("visit");
+                    let seen = visited(store, &s, &q, page, stop);
                     assert_eq!(seen[..], all[..stop], "page {page}, stop {stop}");
                 }
             }
             let capped = DecisionQuery { limit: 6, ..q };
-            let mut seen = Vec::new();
-            store
-                .visit_decisions(&s, &capped, 2, &mut |d| {
-                    seen.push(d);
-                    true
-                })
-                .expect("visit");
-            assert_eq!(seen[..], all[..6]);
+            assert_eq!(visited(store, &s, &capped, 2, usize::MAX)[..], all[..6]);
         }
         let bad = DecisionQuery {
             limit: 0,

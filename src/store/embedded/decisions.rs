@@ -227,13 +227,13 @@ impl DecisionJournal {
         let since = query.since.max(self.cutoff());
         let every = !query.never_used
             && (query.events.is_empty() || query.events.len() == DecisionEvent::ALL.len());
-        let (events, floor) = if every {
-            (&DecisionEvent::ALL[..], None)
-        } else if query.events.is_empty() {
-            (&DecisionEvent::ALL[..], self.cap_floor(scope)?)
+        let events = if every || query.events.is_empty() {
+            &DecisionEvent::ALL[..]
         } else {
-            (&query.events[..], self.cap_floor(scope)?)
+            &query.events[..]
         };
+        // A read of every entry stops at the cap; a read of some stops at the cap's floor.
+        let floor = if every { None } else { self.cap_floor(scope)? };
         let classes = Classes {
             events,
             never_used: query.never_used,
