@@ -211,6 +211,12 @@ fn upkeep_gauges(out: &mut String, upkeep: Option<crate::store::Upkeep>) {
             "Time spent compacting since the store opened.",
             u.compacting_micros as f64 / 1e6,
         ),
+        (
+            "lessons_uses_waiting",
+            "gauge",
+            "Retrieves' use bumps applied in memory and not yet committed to the records.",
+            u.uses_waiting as f64,
+        ),
     ] {
         out.push_str(&format!(
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"

@@ -38,6 +38,7 @@ mod search;
 mod shared;
 mod totals;
 mod tx;
+mod uses;
 mod window;
 mod write;
 
@@ -60,6 +61,7 @@ use queue::IndexQueue;
 use records::Records;
 use scopes::Scopes;
 use shared::Shared;
+use uses::UseQueue;
 
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
@@ -105,16 +107,19 @@ pub struct Upkeep {
     /// Scopes whose decision journal the pruner has yet to count: until it does, a read of
     /// one event of a full journal reads up to `journalCap` keys to find what it hides.
     pub journals_to_count: u64,
+    /// Retrieves' use bumps applied in memory and not yet committed to the records.
+    pub uses_waiting: u64,
 }
 
 impl Upkeep {
-    /// Nothing waits to flush, no compaction runs, the index holds every change and every
-    /// journal read so far is counted.
+    /// Nothing waits to flush, no compaction runs, the index holds every change, every
+    /// journal read so far is counted and every use is committed.
     pub fn at_rest(&self) -> bool {
         self.flushes_waiting == 0
             && self.compactions_running == 0
             && self.index_pending_changes == 0
             && self.journals_to_count == 0
+            && self.uses_waiting == 0
     }
 }
 
@@ -122,6 +127,8 @@ impl Upkeep {
 pub struct EmbeddedStore {
     shared: Arc<Shared>,
     indexer: Option<JoinHandle<()>>,
+    /// The use committer (`retrieve::commit_uses`).
+    committer: Option<JoinHandle<()>>,
 }
 
 impl EmbeddedStoreBuilder {
@@ -202,6 +209,7 @@ impl EmbeddedStore {
             queue: IndexQueue::new(b.commit_every, b.commit_interval),
             group,
             journal,
+            uses: UseQueue::new(),
             witness: Witnesses::new(dir.to_owned(), damage, next_ids),
             clock,
             cap: b.cap,
@@ -223,10 +231,19 @@ impl EmbeddedStore {
             .name("lessons-indexer".into())
             .spawn(move || indexer::run(&worker))
             .map_err(|e| Error::io("starting the indexer thread", e))?;
-        Ok(EmbeddedStore {
+        let mut store = EmbeddedStore {
             shared,
             indexer: Some(indexer),
-        })
+            committer: None,
+        };
+        let worker = Arc::clone(&store.shared);
+        // On failure the store drops, which stops the indexer it started.
+        let committer = std::thread::Builder::new()
+            .name("lessons-uses".into())
+            .spawn(move || retrieve::commit_uses(&worker))
+            .map_err(|e| Error::io("starting the use committer thread", e))?;
+        store.committer = Some(committer);
+        Ok(store)
     }
 
     /// The store's directory.
@@ -260,11 +277,13 @@ impl EmbeddedStore {
             compacting_micros: u64::try_from(db.time_compacting().as_micros()).unwrap_or(u64::MAX),
             index_pending_changes: s.queue.pending_changes() as u64,
             journals_to_count: s.journal.uncounted() as u64,
+            uses_waiting: s.uses.waiting(),
         }
     }
 
     /// Commits the keyword index now and makes every acknowledged write durable on disk.
     pub fn flush(&self) -> Result<()> {
+        self.shared.uses.drained();
         indexer::commit(&self.shared)?;
         // A later fsync would succeed over pages the OS may have dropped.
         self.shared.group.persist_all()
@@ -272,6 +291,7 @@ impl EmbeddedStore {
 
     /// Checks that the index holds exactly the active records.
     pub fn check(&self) -> Result<Health> {
+        self.shared.uses.drained();
         indexer::commit(&self.shared)?;
         doctor::check(&self.shared)
     }
@@ -282,6 +302,7 @@ impl EmbeddedStore {
     /// handed out again. Data that does not read is refused: only a salvage reads around it.
     pub fn repair(&self) -> Result<Health> {
         let s = &*self.shared;
+        s.uses.drained();
         doctor::accept_loss(s)?;
         doctor::repair_bookkeeping(s)?;
         indexer::rebuild(s)?;
@@ -320,10 +341,14 @@ impl EmbeddedStore {
     /// cannot kill their own process.
     #[doc(hidden)]
     pub fn close_as_crash(mut self) {
+        self.stop_committer();
         self.stop_indexer();
     }
 
     fn close_inner(&mut self) -> Result<()> {
+        // Every use handed over is committed before the records are flushed.
+        self.shared.uses.drained();
+        self.stop_committer();
         self.stop_indexer();
         let s = &*self.shared;
         if let Err(e) = indexer::commit(s) {
@@ -362,6 +387,14 @@ impl EmbeddedStore {
             log::warn!("[store] the clean close was not recorded: {e}");
         }
         Ok(())
+    }
+
+    /// Stops the use committer; what it has not committed yet is dropped.
+    fn stop_committer(&mut self) {
+        self.shared.uses.stop();
+        if let Some(handle) = self.committer.take() {
+            let _ = handle.join();
+        }
     }
 
     fn stop_indexer(&mut self) {

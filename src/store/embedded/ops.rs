@@ -72,6 +72,7 @@ impl MemoryStore for EmbeddedStore {
         s.witness.refuse_if_damaged()?;
         let state = s.scopes.get(scope);
         let guard = state.write.lock();
+        state.settle();
         let Some(old) = s.records.load_active(scope, seq)? else {
             return Ok(false);
         };
@@ -129,8 +130,9 @@ impl MemoryStore for EmbeddedStore {
             return Ok(receipt(&seen));
         }
         let guard = state.write.lock();
-        // Under the scope's lock: the usage read live matches the records (a swept record
-        // keeps its use in its retired copy), and the mark matches them too.
+        state.settle();
+        // Under the scope's lock, settled: the usage read live matches the records (a swept
+        // record keeps its use in its retired copy), and the mark matches them too.
         let (known, _) = state.gate_mark();
         let (marked, _) = marked(None, known)?;
         let receipt = receipt(&marked);
@@ -165,7 +167,10 @@ impl MemoryStore for EmbeddedStore {
 
     fn get(&self, id: &str) -> Result<Option<Record>> {
         match RecordId::parse(id) {
-            Some(RecordId { scope, seq }) => self.shared.records.load_any(&scope, seq),
+            Some(RecordId { scope, seq }) => {
+                self.shared.scopes.settle(&scope);
+                self.shared.records.load_any(&scope, seq)
+            }
             None => Ok(None),
         }
     }
@@ -175,6 +180,8 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn export(&self, sink: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+        // Every use retrieved before the export began is in what it reads.
+        self.shared.uses.drained();
         let records = &self.shared.records;
         for scope in self.scopes()? {
             // Oldest first: the retired records stream in key (sequence) order and the active
@@ -231,6 +238,7 @@ impl MemoryStore for EmbeddedStore {
         for (scope, list) in groups {
             let state = s.scopes.get(scope);
             let guard = state.write.lock();
+            state.settle();
             let mut meta = s.scope_meta(scope, &state)?;
             let mut tx = s.tx(&state);
             let mut ops = Vec::new();
@@ -324,6 +332,7 @@ impl MemoryStore for EmbeddedStore {
 /// `list` by scanning the records: of one kind, or both merged newest first, from one
 /// snapshot (so each record comes with its own use), filtered before the limit.
 fn list_scan(s: &Shared, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {
+    s.scopes.settle(scope);
     let filter = ListFilter::new(query.query.as_deref());
     let snap = s.records.snapshot();
     let mut out = Vec::with_capacity(query.limit);

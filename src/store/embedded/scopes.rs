@@ -5,7 +5,9 @@
 //! records on first need, under the scope's write lock, and kept by every commit to the scope.
 //!
 //! **Invariant:** everything a `Scope` holds besides its lock is derived from the records and
-//! may be dropped at any time; the next use loads it again under the scope's write lock.
+//! may be dropped at any time; the next use loads it again under the scope's write lock. It may
+//! run ahead of the records only by the use bumps it counts unsettled, and every load waits for
+//! those to settle first, so nothing loaded lags what was dropped.
 //! **Invariant:** a read after an acknowledged write sees that write: the commit applies its
 //! changes here under the scope's write lock, before the writer returns.
 //! **Invariant:** a scope in use (its `Arc` held by a reader or a writer) is never dropped, so
@@ -17,7 +19,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use super::lru::Lru;
 use super::order::{lru_key, EvictionOrder, LruKey};
@@ -39,6 +41,10 @@ pub(super) struct Scope {
     /// load of derived state, so no commit lands between a load's read and its install.
     pub(super) write: Mutex<()>,
     derived: Mutex<Derived>,
+    /// Use bumps applied to the derived state whose batches the use committer has yet to
+    /// commit (see `uses`): until it has, the records lag the derived state.
+    unsettled: Mutex<usize>,
+    settled: Condvar,
 }
 
 /// What the store keeps derived from one scope's records; `None`: not loaded.
@@ -136,6 +142,31 @@ impl Scope {
         }
     }
 
+    /// Counts a use bump applied to the derived state and handed to the use committer (the
+    /// caller holds the write lock).
+    pub(super) fn unsettle(&self) {
+        *self.unsettled.lock() += 1;
+    }
+
+    /// One use bump of this scope is committed, or given up.
+    pub(super) fn settle_one(&self) {
+        let mut n = self.unsettled.lock();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.settled.notify_all();
+        }
+    }
+
+    /// Waits until every use bump applied to the derived state is in the records: called
+    /// before reading the scope's records from fjall to load, plan or answer from them. The
+    /// committer takes no scope lock, so a caller may wait holding the write lock.
+    pub(super) fn settle(&self) {
+        let mut n = self.unsettled.lock();
+        while *n > 0 {
+            self.settled.wait(&mut n);
+        }
+    }
+
     /// The held search, as committed (the caller holds the write lock).
     pub(super) fn held_search(&self) -> Option<Arc<RwLock<ScopeSearch>>> {
         match &self.derived.lock().search {
@@ -221,6 +252,8 @@ impl Scopes {
         let scope = Arc::new(Scope {
             write: Mutex::new(()),
             derived: Mutex::new(Derived::default()),
+            unsettled: Mutex::new(0),
+            settled: Condvar::new(),
         });
         lru.insert(
             key.clone(),
@@ -294,6 +327,15 @@ impl Scopes {
         lru.drop_oldest(over, unused);
     }
 
+    /// Waits until every use bump applied to `key`'s derived state is in the records, if the
+    /// scope is in memory: for a reader about to read its records from fjall without its lock.
+    pub(super) fn settle(&self, key: &ScopeKey) {
+        let scope = self.lru.lock().peek_mut(key).map(|e| Arc::clone(&e.scope));
+        if let Some(scope) = scope {
+            scope.settle();
+        }
+    }
+
     /// Scopes in memory.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
@@ -360,6 +402,7 @@ impl Scopes {
         if let Some(w) = scope.derived().window.as_ref() {
             return Ok(w.shared());
         }
+        scope.settle();
         let facts = records.facts_after(key, None, WINDOW_LEN + 1)?;
         let window = Arc::new(WindowData::loaded(facts, WINDOW_LEN));
         let shared = window.shared();
@@ -414,6 +457,7 @@ impl Scopes {
         if let Some(known) = held(&scope.derived().search) {
             return Ok(known);
         }
+        scope.settle();
         let active = records.active_of(None, key, None)?;
         let search = ScopeSearch::of(active.into_iter().map(Arc::new));
         let (next, out) = if search.bytes() <= self.search_limit() {
@@ -439,6 +483,7 @@ impl Scopes {
             return Ok(order.head(n));
         }
         let order = phases::time(Phase::ScopeLoad, || -> Result<EvictionOrder> {
+            scope.settle();
             let mut order = EvictionOrder::default();
             for r in records.active_of(None, key, None)? {
                 if let Some(seq) = r.seq() {

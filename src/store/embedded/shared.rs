@@ -3,6 +3,7 @@
 //! scope's checked bookkeeping, the commit of a transaction).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::decisions::DecisionJournal;
 use super::evidence::Witnesses;
@@ -11,6 +12,7 @@ use super::queue::IndexQueue;
 use super::records::Records;
 use super::scopes::{Scope, Scopes};
 use super::tx::Tx;
+use super::uses::{PendingUse, UseQueue};
 use crate::error::Result;
 use crate::model::ScopeKey;
 use crate::store::codec::ScopeMeta;
@@ -35,6 +37,8 @@ pub(super) struct Shared {
     pub(super) group: GroupCommit,
     /// The decision journal and its retention.
     pub(super) journal: DecisionJournal,
+    /// Retrieves' use bumps waiting for the use committer.
+    pub(super) uses: UseQueue,
     /// What the store knows of lost or damaged data.
     pub(super) witness: Witnesses,
     pub(super) clock: Clock,
@@ -90,6 +94,20 @@ impl Shared {
         self.scopes
             .update(scope, state, |d| d.meta = Some(repaired));
         Ok(repaired)
+    }
+
+    /// Applies a retrieve's use bump (`tx`, which changes nothing but records' use) to the
+    /// scope's derived state and hands its batch to the use committer, without waiting for
+    /// fjall (the caller holds the scope's write lock). The bump counts as unsettled in the
+    /// scope until it is committed, so whoever reads the scope's records from fjall first waits
+    /// for it (see `uses`).
+    pub(super) fn defer_uses(&self, scope: &ScopeKey, state: &Arc<Scope>, tx: Tx) {
+        debug_assert!(tx.meta.is_none() && tx.day.is_none() && tx.norms.is_empty());
+        state.unsettle();
+        self.scopes
+            .apply(&self.records, scope, state, &tx.changes, None, None);
+        self.uses
+            .push(PendingUse::new(scope.clone(), Arc::clone(state), tx.batch));
     }
 
     /// Commits `tx`, with an outbox entry naming the records of `index_ops` (when any), applies
