@@ -534,10 +534,19 @@ proptest! {
     }
 }
 
-/// A `lessons serve` child process on a free loopback port.
+/// A `lessons serve` child process on a free loopback port, killed when dropped (a test that
+/// fails, or forgets, leaves no server running after it).
 pub(crate) struct Served {
     pub(crate) child: Child,
     pub(crate) url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // Either fails harmlessly when the test already stopped it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 pub(crate) fn free_port() -> u16 {
