@@ -188,33 +188,48 @@ fn stores(dir: &Path, scopes: usize) -> Stores {
     }
 }
 
-/// A write to scope `s` (an index into the scopes), answering lessons' phases of it.
-type Op = Arc<dyn Fn(&mut Rng, usize) -> Option<WritePhases> + Send + Sync>;
+/// A call on scope `s` (an index into the scopes), answering `T`.
+type Call<T> = Arc<dyn Fn(&mut Rng, usize) -> T + Send + Sync>;
+
+/// A write to scope `s`, answering lessons' phases of it.
+type Op = Call<Option<WritePhases>>;
 
 /// One timed write: its latency and, for lessons, its phases.
 type Sample = (Duration, Option<WritePhases>);
+
+/// Starts `threads` threads calling `f` on random scopes of `scopes` until `phase` has passed
+/// since `start`, each timing every call; `seed` seeds the first thread's choices.
+fn timed_loops<T: Send + 'static>(
+    threads: usize,
+    seed: u64,
+    scopes: usize,
+    start: Instant,
+    phase: Duration,
+    f: Call<T>,
+) -> Vec<std::thread::JoinHandle<Vec<(Duration, T)>>> {
+    (0..threads)
+        .map(|k| {
+            let f = Arc::clone(&f);
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed + k as u64);
+                let mut samples = Vec::new();
+                while start.elapsed() < phase {
+                    let s = rng.below(scopes);
+                    let t = Instant::now();
+                    let out = f(&mut rng, s);
+                    samples.push((t.elapsed(), out));
+                }
+                samples
+            })
+        })
+        .collect()
+}
 
 /// Runs `op` on `threads` threads, each on random scopes of `scopes`, for `phase`: the rate
 /// and every sample.
 fn drive(threads: usize, scopes: usize, phase: Duration, op: Op) -> (f64, Vec<Sample>) {
     let start = Instant::now();
-    let handles: Vec<_> = (0..threads)
-        .map(|k| {
-            let op = Arc::clone(&op);
-            std::thread::spawn(move || {
-                let mut rng = Rng(1_000 + k as u64);
-                let mut samples = Vec::new();
-                while start.elapsed() < phase {
-                    let s = rng.below(scopes);
-                    let t = Instant::now();
-                    let phases = op(&mut rng, s);
-                    samples.push((t.elapsed(), phases));
-                }
-                samples
-            })
-        })
-        .collect();
-    let samples: Vec<Sample> = handles
+    let samples: Vec<Sample> = timed_loops(threads, 1_000, scopes, start, phase, op)
         .into_iter()
         .flat_map(|h| h.join().expect("writer"))
         .collect();
@@ -225,7 +240,7 @@ fn drive(threads: usize, scopes: usize, phase: Duration, op: Op) -> (f64, Vec<Sa
 }
 
 /// A read of scope `s`.
-type Read = Arc<dyn Fn(&mut Rng, usize) + Send + Sync>;
+type Read = Call<()>;
 
 /// Runs `write` on `threads` threads and `read` on `readers` more, each on random scopes of
 /// `scopes`, for `phase`: the writers' rate and each read's latency.
@@ -237,27 +252,12 @@ fn drive_beside(
     write: Op,
     read: Read,
 ) -> (f64, Vec<Duration>) {
-    let start = Instant::now();
-    let reading: Vec<_> = (0..readers)
-        .map(|k| {
-            let read = Arc::clone(&read);
-            std::thread::spawn(move || {
-                let mut rng = Rng(9_000 + k as u64);
-                let mut samples = Vec::new();
-                while start.elapsed() < phase {
-                    let s = rng.below(scopes);
-                    let t = Instant::now();
-                    read(&mut rng, s);
-                    samples.push(t.elapsed());
-                }
-                samples
-            })
-        })
-        .collect();
+    let reading = timed_loops(readers, 9_000, scopes, Instant::now(), phase, read);
     let (rate, _) = drive(threads, scopes, phase, write);
     let samples = reading
         .into_iter()
         .flat_map(|h| h.join().expect("reader"))
+        .map(|(latency, ())| latency)
         .collect();
     (rate, samples)
 }
