@@ -71,8 +71,7 @@ impl MemoryStore for EmbeddedStore {
         }
         s.witness.refuse_if_damaged()?;
         let state = s.scopes.get(scope);
-        let guard = state.write.lock();
-        state.settle();
+        let guard = state.lock_settled();
         let Some(old) = s.records.load_active(scope, seq)? else {
             return Ok(false);
         };
@@ -129,8 +128,7 @@ impl MemoryStore for EmbeddedStore {
         if dry_run {
             return Ok(receipt(&seen));
         }
-        let guard = state.write.lock();
-        state.settle();
+        let guard = state.lock_settled();
         // Under the scope's lock, settled: the usage read live matches the records (a swept
         // record keeps its use in its retired copy), and the mark matches them too.
         let (known, _) = state.gate_mark();
@@ -237,8 +235,7 @@ impl MemoryStore for EmbeddedStore {
         let mut durable = Ticket::none();
         for (scope, list) in groups {
             let state = s.scopes.get(scope);
-            let guard = state.write.lock();
-            state.settle();
+            let guard = state.lock_settled();
             let mut meta = s.scope_meta(scope, &state)?;
             let mut tx = s.tx(&state);
             let mut ops = Vec::new();

@@ -157,6 +157,14 @@ impl Scope {
         }
     }
 
+    /// The scope's write lock, taken to read its records from fjall and write: once held, the
+    /// records hold every use bump the derived state holds (see `settle`).
+    pub(super) fn lock_settled(&self) -> MutexGuard<'_, ()> {
+        let guard = self.write.lock();
+        self.settle();
+        guard
+    }
+
     /// Waits until every use bump applied to the derived state is in the records: called
     /// before reading the scope's records from fjall to load, plan or answer from them. The
     /// committer takes no scope lock, so a caller may wait holding the write lock.

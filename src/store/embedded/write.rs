@@ -48,12 +48,8 @@ fn write_tallied(
     }
     s.witness.refuse_if_damaged()?;
     let state = s.scopes.get(scope);
-    let guard = phases::time(Phase::ScopeLock, || {
-        let guard = state.write.lock();
-        // Planned on the records: with every use bump the derived state holds.
-        state.settle();
-        guard
-    });
+    // Planned on the records: with every use bump the derived state holds.
+    let guard = phases::time(Phase::ScopeLock, || state.lock_settled());
     let now = (s.clock)();
     let meta = phases::time(Phase::ScopeLoad, || s.scope_meta(scope, &state))?;
     let at = Target {
