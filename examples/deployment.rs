@@ -15,10 +15,15 @@
 //! minute's end (and its anonymous part) and its peak over the minute's one-second samples, what
 //! the server says it holds (`/metrics`: jemalloc's live heap, pages in use and resident pages;
 //! memtables, block cache, scope map, index backlog), the slowest request of each route, and how
-//! many took over 1 s. At the end: the resident memory at 10 minutes and at the end, its peak
+//! many took over 1 s, and the disk's slowest `fdatasync` of the minute. At the end: the resident memory at 10 minutes and at the end, its peak
 //! over the last 15 minutes and over the whole run (`VmHWM`), its growth per minute over the
-//! last 15 minutes (least squares over one-second samples), every request over 1 s, and the
-//! check after the kill.
+//! last 15 minutes (least squares over one-second samples), every request over 1 s, every
+//! `fdatasync` of the disk's probe over 1 s, and the check after the kill.
+//!
+//! The disk's probe: a thread of this process writes 4 KiB over a 64 KiB file it filled and
+//! synced first, beside the store's directory, then `fdatasync`s it, every 20 ms. It commits no
+//! file-system metadata and shares nothing with the store but the disk, so when its fsync is
+//! slow, the disk is: a request that is slow at the same moment waited on the disk.
 //!
 //! `cargo build --release && cargo run --release --example deployment -- [MINUTES] [DIR]`
 //! (default 35 minutes, a temporary directory). The server is the `lessons` binary beside this
@@ -71,6 +76,8 @@ struct Minute {
     inserted: u64,
     slowest: [Duration; ROUTES.len()],
     over: [u64; ROUTES.len()],
+    /// The disk probe's slowest `fdatasync`.
+    disk: Duration,
 }
 
 struct Shared {
@@ -79,6 +86,8 @@ struct Shared {
     minute: Mutex<Minute>,
     /// Every request over 1 s: (seconds into the run, route, its time).
     slow: Mutex<Vec<(f64, &'static str, Duration)>>,
+    /// Every `fdatasync` of the disk's probe over 1 s: (seconds into the run, its time).
+    disk_slow: Mutex<Vec<(f64, Duration)>>,
     started: Instant,
     requests: AtomicU64,
     /// A hash of every new text of every acknowledged write: each must be found after the kill.
@@ -127,6 +136,48 @@ impl Shared {
         }
         serde_json::from_str(&answer).expect("JSON")
     }
+}
+
+/// The disk's probe (see the module's doc): 4 KiB written over `path` and synced every 20 ms
+/// until the run stops.
+fn disk_probe(shared: &Shared, path: &std::path::Path) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("the disk probe's file");
+    file.write_all(&[0; 16 * 4096]).expect("filled");
+    file.sync_all().expect("synced");
+    let mut rng = Rng(0xd15c);
+    let mut block = [0u8; 4096];
+    let mut i = 0u64;
+    while !shared.stop.load(Ordering::SeqCst) {
+        for word in block.chunks_exact_mut(8) {
+            word.copy_from_slice(&rng.next().to_le_bytes());
+        }
+        let t = Instant::now();
+        file.seek(SeekFrom::Start((i % 16) * 4096)).expect("seek");
+        file.write_all(&block).expect("written");
+        file.sync_data().expect("synced");
+        let took = t.elapsed();
+        {
+            let mut m = shared.minute.lock().unwrap();
+            m.disk = m.disk.max(took);
+        }
+        if took > SLOW {
+            shared
+                .disk_slow
+                .lock()
+                .unwrap()
+                .push((shared.started.elapsed().as_secs_f64(), took));
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(path);
 }
 
 fn agent() -> ureq::Agent {
@@ -394,6 +445,7 @@ fn main() {
         stop: AtomicBool::new(false),
         minute: Mutex::new(Minute::default()),
         slow: Mutex::new(Vec::new()),
+        disk_slow: Mutex::new(Vec::new()),
         started: Instant::now(),
         requests: AtomicU64::new(0),
         acked: Mutex::new(HashSet::new()),
@@ -407,9 +459,14 @@ fn main() {
         let s = Arc::clone(&shared);
         threads.push(std::thread::spawn(move || operator(&s)));
     }
+    {
+        let s = Arc::clone(&shared);
+        let path = dir.with_extension("disk-probe");
+        threads.push(std::thread::spawn(move || disk_probe(&s, &path)));
+    }
     println!("\nA compressed deployment: {WORKERS} workers, 45 scopes, {minutes} minutes, `lessons serve` as pid {pid}\n");
-    println!("| minute | runs/s | inserted/s | records inserted | RSS MB at the minute's end (anon), the minute's peak | heap MB: allocated in active of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| minute | runs/s | inserted/s | records inserted | RSS MB at the minute's end (anon), the minute's peak | heap MB: allocated in active of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s | the disk's slowest fsync, ms |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut samples: Vec<(f64, f64)> = Vec::new();
     let mut total_inserted = 0u64;
     let mut at_10 = None;
@@ -434,12 +491,13 @@ fn main() {
             .map(|d| format!("{:.0}", d.as_secs_f64() * 1e3))
             .collect();
         println!(
-            "| {m} | {:.0} | {:.0} | {total_inserted} | {rss:.0} ({anon:.0}), peak {peak:.0} | {} | {} | {} |",
+            "| {m} | {:.0} | {:.0} | {total_inserted} | {rss:.0} ({anon:.0}), peak {peak:.0} | {} | {} | {} | {:.0} |",
             minute.runs as f64 / 60.0,
             minute.inserted as f64 / 60.0,
             held(&probe, &shared.url),
             slowest.join(" / "),
-            minute.over.iter().sum::<u64>()
+            minute.over.iter().sum::<u64>(),
+            minute.disk.as_secs_f64() * 1e3
         );
     }
     shared.stop.store(true, Ordering::SeqCst);
@@ -463,6 +521,11 @@ fn main() {
     println!("requests over 1 s: {}", slow.len());
     for (at, route, took) in slow.iter() {
         println!("  at {at:.0} s: {route} took {:.2} s", took.as_secs_f64());
+    }
+    let disk = shared.disk_slow.lock().unwrap();
+    println!("the disk probe's fsyncs over 1 s: {}", disk.len());
+    for (at, took) in disk.iter() {
+        println!("  at {at:.0} s: fdatasync took {:.2} s", took.as_secs_f64());
     }
     child.kill().expect("kill -9");
     child.wait().expect("reaped");
