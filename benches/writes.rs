@@ -31,6 +31,13 @@
 #![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
 mod support;
 
+/// The allocator the `lessons` binary runs on (see `lessons::allocator`), so lessons' writes
+/// allocate here as they do under `lessons serve`. SQLite allocates through the C library's
+/// malloc either way: this changes only lessons' side.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -343,6 +350,7 @@ fn shares(samples: &[&WritePhases]) -> Vec<(&'static str, f64)> {
 }
 
 fn main() {
+    let _tuned = lessons::allocator::tune();
     let records_total = env("LESSONS_WRITES_RECORDS", 200_000);
     let seconds = env("LESSONS_WRITES_SECONDS", 20);
     let scopes = (records_total / ACTIVE).max(1);
