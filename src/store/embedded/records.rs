@@ -72,6 +72,19 @@ const SMALL_MEMTABLE: u64 = 4 << 20;
 /// (about 1.4 µs per entry, some 1.3 s); after a clean close it replays nothing.
 const MAX_JOURNAL_BYTES: u64 = 128 << 20;
 
+/// fjall's background threads (flushes and compactions): fjall's own choice (a thread per core,
+/// at most 4), but never fewer than 3. With more than one, fjall's first worker hands every
+/// compaction request it receives back to the queue so that it stays free for flushes; with two,
+/// while the other compacts, it takes the same request straight back and spins, re-queueing it,
+/// until that compaction ends (on 2 cores, about a seventh of the machine under 8 writers, by
+/// `perf`). With a third, a free worker takes the request. One worker would not spin, but a
+/// single worker can block forever sending itself a flush when rotation requests fill its queue.
+fn worker_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .clamp(3, 4)
+}
+
 /// The records engine: the database and its keyspaces.
 pub(super) struct Records {
     db: Database,
@@ -87,6 +100,7 @@ impl Records {
             .journal_compression(fjall::CompressionType::None)
             .max_journaling_size(MAX_JOURNAL_BYTES)
             .cache_size(cache_bytes)
+            .worker_threads(worker_threads())
             .open()
         {
             Ok(db) => db,
