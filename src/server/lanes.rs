@@ -129,19 +129,27 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    /// Starts a call on `lane` that holds its thread until `release` receives; the call
-    /// answers `true` once released.
-    fn hold(
-        lanes: &Arc<Lanes>,
-        lane: Lane,
-    ) -> (
+    /// A held call: what releases it, and its answer.
+    type Held = (
         std::sync::mpsc::Sender<()>,
         tokio::task::JoinHandle<Option<bool>>,
-    ) {
+    );
+
+    /// Starts a call on `lane` that holds its thread until `release` receives; the call
+    /// answers `true` once released.
+    fn hold(lanes: &Arc<Lanes>, lane: Lane) -> Held {
         let (release, held) = std::sync::mpsc::channel::<()>();
         let lanes = Arc::clone(lanes);
         let call = tokio::spawn(async move { lanes.call(lane, move || held.recv().is_ok()).await });
         (release, call)
+    }
+
+    /// Releases every held call and checks each answered once released.
+    async fn release_all(held: Vec<Held>) {
+        for (release, call) in held {
+            release.send(()).expect("release");
+            assert_eq!(call.await.expect("joined"), Some(true));
+        }
     }
 
     /// Starts a call on `lane` that marks `ran`.
@@ -197,10 +205,7 @@ mod tests {
                 !write_ran.load(Ordering::SeqCst),
                 "a write waits while writes hold every run thread they may"
             );
-            for (release, call) in held {
-                release.send(()).expect("release");
-                assert_eq!(call.await.expect("joined"), Some(true));
-            }
+            release_all(held).await;
             assert_eq!(second_operator.await.expect("joined"), Some(()));
             assert_eq!(further_write.await.expect("joined"), Some(()));
             assert!(operator_ran.load(Ordering::SeqCst));
@@ -230,10 +235,7 @@ mod tests {
                 !read_ran.load(Ordering::SeqCst),
                 "a read waits while reads hold every run thread they may"
             );
-            for (release, call) in held {
-                release.send(()).expect("release");
-                assert_eq!(call.await.expect("joined"), Some(true));
-            }
+            release_all(held).await;
             assert_eq!(further_read.await.expect("joined"), Some(()));
         });
     }
