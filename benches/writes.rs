@@ -350,6 +350,7 @@ fn shares(samples: &[&WritePhases]) -> Vec<(&'static str, f64)> {
 }
 
 fn main() {
+    #[cfg(feature = "jemalloc")]
     let _tuned = lessons::allocator::tune();
     let records_total = env("LESSONS_WRITES_RECORDS", 200_000);
     let seconds = env("LESSONS_WRITES_SECONDS", 20);
