@@ -15,7 +15,9 @@
 //!    are shown: SQLite gains far more from the first to the second.
 //! 4. Where lessons' slowest writes went, in the steady round: the phases of the writes above
 //!    its p95 (their share of those writes' time, off-CPU waits included), beside the median
-//!    write's.
+//!    write's; and for both engines, how the writing thread spent those writes (the kernel's
+//!    per-thread `schedstat`): on a CPU, runnable but waiting for one, or asleep (the disk, a
+//!    lock, a condition variable).
 //! 5. Reads beside the writes, the loop a bot's runs make: the same 8 writers with 2 threads
 //!    retrieving (a 400-token brief, limit 8, each retrieve recording its use) on random scopes,
 //!    `SECONDS / 2` per engine: the retrieves' p50, p99 and p99 ÷ p50, and the writers' rate.
@@ -201,8 +203,48 @@ type Call<T> = Arc<dyn Fn(&mut Rng, usize) -> T + Send + Sync>;
 /// A write to scope `s`, answering lessons' phases of it.
 type Op = Call<Option<WritePhases>>;
 
-/// One timed write: its latency and, for lessons, its phases.
-type Sample = (Duration, Option<WritePhases>);
+/// One timed call: its latency, how its thread spent it, and what the call answered.
+type Timed<T> = (Duration, Option<Sched>, T);
+
+/// One timed write: for lessons, with its phases.
+type Sample = Timed<Option<WritePhases>>;
+
+/// How a thread spent one call, by the kernel's count (`/proc/thread-self/schedstat`): on a
+/// CPU, and runnable but waiting for one. The rest of the call it slept.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sched {
+    on_cpu: Duration,
+    waiting: Duration,
+}
+
+/// The calling thread's `schedstat`, opened once and read again in place (a `pread`, a few
+/// microseconds, the same for both engines). `None` where the kernel has none.
+struct ThreadClock(Option<std::fs::File>);
+
+impl ThreadClock {
+    fn open() -> ThreadClock {
+        ThreadClock(std::fs::File::open("/proc/thread-self/schedstat").ok())
+    }
+
+    /// Nanoseconds on a CPU and waiting for one, so far.
+    fn read(&self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+        Some((fields.next()??, fields.next()??))
+    }
+
+    fn since(&self, before: Option<(u64, u64)>) -> Option<Sched> {
+        let (on0, wait0) = before?;
+        let (on1, wait1) = self.read()?;
+        Some(Sched {
+            on_cpu: Duration::from_nanos(on1.saturating_sub(on0)),
+            waiting: Duration::from_nanos(wait1.saturating_sub(wait0)),
+        })
+    }
+}
 
 /// Starts `threads` threads calling `f` on random scopes of `scopes` until `phase` has passed
 /// since `start`, each timing every call; `seed` seeds the first thread's choices.
@@ -213,18 +255,21 @@ fn timed_loops<T: Send + 'static>(
     start: Instant,
     phase: Duration,
     f: Call<T>,
-) -> Vec<std::thread::JoinHandle<Vec<(Duration, T)>>> {
+) -> Vec<std::thread::JoinHandle<Vec<Timed<T>>>> {
     (0..threads)
         .map(|k| {
             let f = Arc::clone(&f);
             std::thread::spawn(move || {
                 let mut rng = Rng(seed + k as u64);
+                let clock = ThreadClock::open();
                 let mut samples = Vec::new();
                 while start.elapsed() < phase {
                     let s = rng.below(scopes);
+                    let before = clock.read();
                     let t = Instant::now();
                     let out = f(&mut rng, s);
-                    samples.push((t.elapsed(), out));
+                    let latency = t.elapsed();
+                    samples.push((latency, clock.since(before), out));
                 }
                 samples
             })
@@ -264,7 +309,7 @@ fn drive_beside(
     let samples = reading
         .into_iter()
         .flat_map(|h| h.join().expect("reader"))
-        .map(|(latency, ())| latency)
+        .map(|(latency, _, ())| latency)
         .collect();
     (rate, samples)
 }
@@ -349,6 +394,38 @@ fn shares(samples: &[&WritePhases]) -> Vec<(&'static str, f64)> {
     out
 }
 
+/// Of the summed latency of the writes above p95 (`slow`) or of the 100 around p50: the shares
+/// on a CPU, runnable waiting for one, and asleep. `None` without the kernel's counts.
+fn sched_shares(samples: &[Sample], slow: bool) -> Option<[f64; 3]> {
+    let mut by_latency: Vec<(Duration, Sched)> = samples
+        .iter()
+        .map(|s| s.1.map(|c| (s.0, c)))
+        .collect::<Option<_>>()?;
+    if by_latency.is_empty() {
+        return None;
+    }
+    by_latency.sort_by_key(|s| s.0);
+    let picked: &[(Duration, Sched)] = if slow {
+        let p95 = by_latency[((by_latency.len() - 1) as f64 * 0.95).round() as usize].0;
+        let first = by_latency.partition_point(|s| s.0 <= p95);
+        &by_latency[first..]
+    } else {
+        let mid = by_latency.len() / 2;
+        &by_latency[mid.saturating_sub(50)..(mid + 50).min(by_latency.len())]
+    };
+    let total: f64 = picked.iter().map(|s| s.0.as_secs_f64()).sum();
+    if total == 0.0 {
+        return None;
+    }
+    let on: f64 = picked.iter().map(|s| s.1.on_cpu.as_secs_f64()).sum();
+    let waiting: f64 = picked.iter().map(|s| s.1.waiting.as_secs_f64()).sum();
+    Some([
+        on / total,
+        waiting / total,
+        (1.0 - (on + waiting) / total).max(0.0),
+    ])
+}
+
 fn main() {
     #[cfg(feature = "jemalloc")]
     let _tuned = lessons::allocator::tune();
@@ -402,6 +479,7 @@ fn main() {
 
     let phase = Duration::from_secs(seconds as u64);
     let mut ours_samples = Vec::new();
+    let mut base_samples = Vec::new();
     for round in ["the first after the load", "the next (steady)"] {
         let steal = Steal::now();
         let (ours_rate, ours) = drive(THREADS, scopes, phase, lessons_op(&st));
@@ -427,10 +505,11 @@ fn main() {
             o99.as_secs_f64() / b99.as_secs_f64()
         );
         ours_samples = ours;
+        base_samples = base;
     }
 
     // Where the slowest writes went.
-    let mut phases: Vec<&WritePhases> = ours_samples.iter().filter_map(|s| s.1.as_ref()).collect();
+    let mut phases: Vec<&WritePhases> = ours_samples.iter().filter_map(|s| s.2.as_ref()).collect();
     phases.sort_by_key(|p| p.total);
     let p95 = percentile(&phases.iter().map(|p| p.total).collect::<Vec<_>>(), 0.95);
     let slow: Vec<&WritePhases> = phases.iter().copied().filter(|p| p.total > p95).collect();
@@ -446,6 +525,39 @@ fn main() {
     println!("|---|---|---|");
     for ((name, s), (_, m)) in shares(&slow).into_iter().zip(shares(&median)) {
         println!("| {name} | {:.1}% | {:.1}% |", 100.0 * s, 100.0 * m);
+    }
+
+    // How the writing threads spent the same rounds' writes, by the kernel's count.
+    let (ours_slow, ours_mid) = (
+        sched_shares(&ours_samples, true),
+        sched_shares(&ours_samples, false),
+    );
+    let (base_slow, base_mid) = (
+        sched_shares(&base_samples, true),
+        sched_shares(&base_samples, false),
+    );
+    if let (Some(os), Some(om), Some(bs), Some(bm)) = (ours_slow, ours_mid, base_slow, base_mid) {
+        println!(
+            "\nHow the writing thread spent each engine's writes (the kernel's `schedstat`), the steady round: the writes above each engine's p95 beside the 100 around its p50\n"
+        );
+        println!("| the thread was | lessons above p95 | lessons around p50 | SQLite above p95 | SQLite around p50 |");
+        println!("|---|---|---|---|---|");
+        for (i, name) in [
+            "on a CPU",
+            "runnable, waiting for a CPU",
+            "asleep (the disk, a lock, a condition variable)",
+        ]
+        .iter()
+        .enumerate()
+        {
+            println!(
+                "| {name} | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
+                100.0 * os[i],
+                100.0 * om[i],
+                100.0 * bs[i],
+                100.0 * bm[i]
+            );
+        }
     }
 
     // Reads beside the writes.
