@@ -157,9 +157,11 @@ impl Candidate {
         // The reference stores these as SQLite text, which reads a lone surrogate back as three
         // U+FFFD; keywords and provenance it stores as JSON, which keeps one (see `json`).
         let stored = |v: &str| lone::as_stored_text(v).into_owned();
+        let text = stored(&self.text);
         Ok(ValidCandidate {
             kind,
-            text: stored(&self.text),
+            norm: crate::text::normalize(&text),
+            text,
             keywords,
             source_thread_key: stored(&self.source_thread_key),
             // Kept as sent, "" included: the content hash covers it.
@@ -187,6 +189,9 @@ pub struct ValidCandidate {
     pub kind: Kind,
     /// The text, as the reference stores it (a lone surrogate as three U+FFFD).
     pub text: String,
+    /// `text` normalized ([`crate::text::normalize`]): its dedup key, computed once for the
+    /// planner's reads and its plan.
+    pub norm: String,
     /// The keywords as sent (the bot's content hash covers them); the text's tokens when the
     /// writer sent none, empty when it sent `[]`. Shared with the record it becomes, so a write
     /// allocates a record's ~50 default keywords once, not twice.

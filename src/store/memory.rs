@@ -162,18 +162,18 @@ impl MemoryStore for InMemoryStore {
                 continue;
             }
             let target = active_index(records, scope, &c.supersedes);
-            let norm = normalize(&c.text);
+            let norm = &c.norm;
             let hit = match (&c.supersedes, target) {
                 _ if !c.dedup => None,
                 (None, _) => records
                     .values()
                     .find(|r| {
-                        r.status == Status::Active && r.dedup_key && normalize(&r.text) == norm
+                        r.status == Status::Active && r.dedup_key && normalize(&r.text) == *norm
                     })
                     .and_then(|r| r.seq()),
                 (Some(_), Some(t)) => records
                     .get(&t)
-                    .filter(|r| normalize(&r.text) == norm)
+                    .filter(|r| normalize(&r.text) == *norm)
                     .map(|_| t),
                 (Some(_), None) => None,
             };

@@ -28,7 +28,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{RecordId, ScopeKey, Status, ValidCandidate, WriteCounts};
-use crate::text::normalize;
 
 /// What the planner needs to know about one active record.
 #[derive(Clone, Debug, PartialEq)]
@@ -106,9 +105,8 @@ pub fn needs(
                 }
             }
         }
-        let norm = normalize(&c.text);
-        if c.dedup && !norms.contains(&norm) {
-            norms.push(norm);
+        if c.dedup && !norms.contains(&c.norm) {
+            norms.push(c.norm.clone());
         }
     }
     let n = candidates.len();
@@ -221,11 +219,11 @@ pub fn plan_write(
             continue;
         }
         let target = resolve(&overlay, &c.supersedes);
-        let norm = normalize(&c.text);
+        let norm = &c.norm;
         let hit = match (&c.supersedes, &target) {
             _ if !c.dedup => None,
-            (None, _) => lowest_active_with_norm(snapshot, &overlay.state, &norm),
-            (Some(_), Some(t)) => (t.norm == norm).then(|| t.clone()),
+            (None, _) => lowest_active_with_norm(snapshot, &overlay.state, norm),
+            (Some(_), Some(t)) => (t.norm == *norm).then(|| t.clone()),
             (Some(_), None) => None,
         };
         if let Some(mut hit) = hit {
@@ -239,7 +237,7 @@ pub fn plan_write(
         plan.next_seq += 1;
         let meta = ActiveMeta {
             seq,
-            norm,
+            norm: norm.clone(),
             dedup_key: c.dedup,
             created_at: now,
             last_used_at: None,
@@ -356,6 +354,7 @@ fn lowest_active_with_norm(
 mod tests {
     use super::*;
     use crate::model::Candidate;
+    use crate::text::normalize;
 
     fn scope() -> ScopeKey {
         ScopeKey::parse("repo:acme/app").expect("valid")

@@ -130,8 +130,9 @@ fn read_for_plan(
         for &seq in &seqs {
             if let Some(r) = s.records.load_active(scope, seq)? {
                 // The key is a hash: confirm the text really normalizes to `norm`.
-                if normalize(&r.text) == *norm {
-                    hits.push(meta_of(&r, seq));
+                let m = meta_of(&r, seq);
+                if m.norm == *norm {
+                    hits.push(m);
                     loaded.insert(seq, r);
                 }
             }
