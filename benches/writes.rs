@@ -12,7 +12,9 @@
 //!    imported; SQLite's write-ahead logs holding the load, checkpointed by the first commits
 //!    that pass 1,000 pages, and growing file by file); the second is the steady state a
 //!    long-running deployment sees (SQLite's logs checkpointed and written over in place). Both
-//!    are shown: SQLite gains far more from the first to the second.
+//!    are shown: SQLite gains far more from the first to the second. Beside the steady round,
+//!    lessons' journal fsyncs in it (`Upkeep::journal_syncs`): how many, how many writes each
+//!    made durable, and how long they took, the disk's own part of a write's wait.
 //! 4. Where lessons' slowest writes went, in the steady round: the phases of the writes above
 //!    its p95 (their share of those writes' time, off-CPU waits included), beside the median
 //!    write's; and for both engines, how the writing thread spent those writes (the kernel's
@@ -46,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lessons::internals::{last_write, WritePhases};
-use lessons::store::Clock;
+use lessons::store::{Clock, SyncTimes};
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
 use support::{brief, records, text, vocabulary, Rng, SqliteScope, NOW};
 
@@ -480,9 +482,12 @@ fn main() {
     let phase = Duration::from_secs(seconds as u64);
     let mut ours_samples = Vec::new();
     let mut base_samples = Vec::new();
+    let mut syncs = SyncTimes::default();
     for round in ["the first after the load", "the next (steady)"] {
         let steal = Steal::now();
+        let before = st.lessons.upkeep().journal_syncs;
         let (ours_rate, ours) = drive(THREADS, scopes, phase, lessons_op(&st));
+        syncs = st.lessons.upkeep().journal_syncs.since(&before);
         let ours_steal = steal.since();
         let steal = Steal::now();
         let (base_rate, base) = drive(THREADS, scopes, phase, sqlite_op(&st));
@@ -507,6 +512,16 @@ fn main() {
         ours_samples = ours;
         base_samples = base;
     }
+    // The disk's part of the steady round's wait: the group fsyncs themselves.
+    let writes = ours_samples.len() as f64;
+    println!(
+        "| … the journal's fsyncs (the steady round): {} ({:.1} writes each), p50 / p99 / slowest (each within 25%) | {} / {} / {} | | | |",
+        syncs.count(),
+        writes / syncs.count().max(1) as f64,
+        ms(syncs.quantile(0.5)),
+        ms(syncs.quantile(0.99)),
+        ms(syncs.quantile(1.0)),
+    );
 
     // Where the slowest writes went.
     let mut phases: Vec<&WritePhases> = ours_samples.iter().filter_map(|s| s.2.as_ref()).collect();

@@ -217,6 +217,18 @@ fn upkeep_gauges(out: &mut String, upkeep: Option<crate::store::Upkeep>) {
             "Retrieves' use bumps applied in memory and not yet committed to the records.",
             u.uses_waiting as f64,
         ),
+        (
+            "lessons_journal_fsyncs_total",
+            "counter",
+            "The journal's group fsyncs since the store opened (each makes every write appended before it durable; an index commit makes one too).",
+            u.journal_syncs.count() as f64,
+        ),
+        (
+            "lessons_journal_fsync_seconds_total",
+            "counter",
+            "Time spent in those fsyncs: the disk's part of the durable writes' wait.",
+            u.journal_syncs.total().as_secs_f64(),
+        ),
     ] {
         out.push_str(&format!(
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"

@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::model::Tally;
 pub use crate::time::{system_clock, Clock, Millis};
 pub use embedded::{
-    Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, MemoryUse, Upkeep, DEFAULT_CACHE_BYTES,
+    Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, MemoryUse, SyncTimes, Upkeep,
+    DEFAULT_CACHE_BYTES,
 };
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};

@@ -673,6 +673,20 @@ fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
         metrics.contains("# TYPE lessons_compaction_seconds_total counter"),
         "{metrics}"
     );
+    // The disk: each write above was acknowledged after a journal fsync, timed.
+    assert!(gauge("lessons_journal_fsyncs_total") >= 1, "{metrics}");
+    let fsync_seconds: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("lessons_journal_fsync_seconds_total ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no fsync seconds in {metrics}"));
+    assert!(
+        fsync_seconds.is_finite() && fsync_seconds >= 0.0,
+        "{metrics}"
+    );
     // SIGTERM: the process finishes and flushes.
     let pid = s.child.id().to_string();
     let killed = Command::new("kill")

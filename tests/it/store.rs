@@ -1461,6 +1461,46 @@ fn an_embedded_store_reports_its_background_work_and_comes_to_rest() {
         Some(0)
     );
     assert_eq!(MemoryStore::upkeep(&InMemoryStore::new()), None);
+    // Buffered writes wait on no fsync; the index's commit made the journal durable first.
+    assert!(rested.journal_syncs.count() >= 1, "{rested:?}");
+}
+
+#[test]
+fn a_synced_store_counts_and_times_the_fsyncs_its_writes_waited_on() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = EmbeddedStore::open(dir.path()).expect("open");
+    let key = scope("repo:acme/app");
+    let before = store.upkeep().journal_syncs;
+    for i in 0..3 {
+        store
+            .write(
+                &key,
+                &[Candidate::fact(
+                    format!("the lint step {i} runs before the type check"),
+                    "t",
+                )],
+                &opts(),
+            )
+            .expect("write");
+    }
+    let syncs = store.upkeep().journal_syncs.since(&before);
+    // One writer: each write waits on an fsync of its own (an index commit may add one).
+    assert!(syncs.count() >= 3, "{syncs:?}");
+    assert!(syncs.quantile(0.5) <= syncs.quantile(1.0));
+    assert!(
+        syncs.quantile(1.0) > Duration::ZERO,
+        "the slowest bucket ends above zero"
+    );
+    let n = u32::try_from(syncs.count()).expect("a few");
+    assert!(
+        syncs.total() <= syncs.quantile(1.0) * n,
+        "n fsyncs take at most n times the slowest's bound: {syncs:?}"
+    );
+    assert_eq!(
+        syncs.since(&syncs).count(),
+        0,
+        "a reading less itself is empty"
+    );
 }
 
 #[test]

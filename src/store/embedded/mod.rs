@@ -66,6 +66,7 @@ use uses::UseQueue;
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
 pub(crate) use evidence::{read_next_ids, NextIds};
+pub use group::SyncTimes;
 
 /// What an [`EmbeddedStore`] holds in memory, by part, in bytes: the parts a deployment sizes.
 /// A process holds more (the allocator's free space, tantivy's merges and searchers, request
@@ -92,7 +93,7 @@ pub struct MemoryUse {
 
 /// The storage engine's background work now: what a write's tail and a read's cost move with.
 /// A store is at rest when none of it is pending.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Upkeep {
     /// Sealed memtables waiting to be written out as tables.
     pub flushes_waiting: u64,
@@ -109,6 +110,9 @@ pub struct Upkeep {
     pub journals_to_count: u64,
     /// Retrieves' use bumps applied in memory and not yet committed to the records.
     pub uses_waiting: u64,
+    /// The journal's group fsyncs since the store opened (the durable writes' and the index
+    /// commits'), by duration: what the disk added to the durable writes' wait.
+    pub journal_syncs: SyncTimes,
 }
 
 impl Upkeep {
@@ -278,6 +282,7 @@ impl EmbeddedStore {
             index_pending_changes: s.queue.pending_changes() as u64,
             journals_to_count: s.journal.uncounted() as u64,
             uses_waiting: s.uses.waiting(),
+            journal_syncs: s.group.sync_times(),
         }
     }
 
