@@ -18,6 +18,8 @@
 //! 95% of it completes and its p99 stays under 100 ms (past the saturation point the queue, and
 //! with it every latency, grows for as long as the phase lasts); the saturation point is then
 //! narrowed between the highest rate sustained and the next by halving, twice.
+//! Each open-loop row also says what the engine did during the phase (`Upkeep`): compactions
+//! finished, their time, and the journal's fsyncs.
 //! `LESSONS_LOAD=closed` or `=open` runs one mode.
 //!
 //! `cargo bench --bench server_load`
@@ -171,7 +173,13 @@ const RATES: [u64; 4] = [500, 1_000, 2_000, 4_000];
 
 /// One open-loop phase: `rate` requests per second for `OPEN_PHASE`. Returns whether the rate
 /// was sustained.
-fn run_open(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>, rate: u64) -> bool {
+fn run_open(
+    url: &str,
+    store: &dyn MemoryStore,
+    phase: &Phase,
+    briefs: &Arc<Vec<String>>,
+    rate: u64,
+) -> bool {
     let n = rate * OPEN_PHASE.as_secs();
     let next = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -234,21 +242,26 @@ fn run_open(url: &str, phase: &Phase, briefs: &Arc<Vec<String>>, rate: u64) -> b
     ready.wait();
     let _ = clock.set(Instant::now() + Duration::from_millis(10));
     ready.wait();
+    let before = store.upkeep().unwrap_or_default();
     let mut all: Vec<Duration> = Vec::new();
     for t in threads {
         all.extend(t.join().unwrap_or_default());
     }
+    let after = store.upkeep().unwrap_or_default();
     all.sort();
     let pick = |p: f64| percentile(&all, p);
     let achieved = all.len() as f64 / OPEN_PHASE.as_secs_f64();
     let sustained = all.len() as f64 >= 0.95 * n as f64 && pick(0.99) < Duration::from_millis(100);
     println!(
-        "| {} | {rate}/s | {:.0}/s | {:.2} ms | {:.2} ms | {:.2} ms | {} errors{} |",
+        "| {} | {rate}/s | {:.0}/s | {:.2} ms | {:.2} ms | {:.2} ms | {} / {:.0} ms / {} | {} errors{} |",
         phase.name,
         achieved.min(rate as f64),
         pick(0.50).as_secs_f64() * 1e3,
         pick(0.99).as_secs_f64() * 1e3,
         pick(0.999).as_secs_f64() * 1e3,
+        after.compactions_done.saturating_sub(before.compactions_done),
+        after.compacting_micros.saturating_sub(before.compacting_micros) as f64 / 1e3,
+        after.journal_syncs.since(&before.journal_syncs).count(),
         errors.load(Ordering::Relaxed),
         if sustained {
             ""
@@ -288,14 +301,18 @@ fn main() {
         read_token: None,
         open: false,
     };
-    let server =
-        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server");
+    let server = Background::start(AppState::new(
+        Arc::clone(&store),
+        auth,
+        ContextConfig::default(),
+    ))
+    .expect("server");
     let url = server.url();
     let mode = std::env::var("LESSONS_LOAD").unwrap_or_default();
     if mode != "closed" {
         println!("\nOpen loop: fixed arrival rate, latency from the intended send time, {}-second phases, {SENDERS} senders (server and senders share 2 cores)\n", OPEN_PHASE.as_secs());
-        println!("| route | offered | completed | p50 | p99 | p99.9 | |");
-        println!("|---|---|---|---|---|---|---|");
+        println!("| route | offered | completed | p50 | p99 | p99.9 | during it: compactions / their time / journal fsyncs | |");
+        println!("|---|---|---|---|---|---|---|---|");
         let phases = [
             Phase {
                 name: "/list (window read, 24 facts)",
@@ -315,7 +332,7 @@ fn main() {
             let mut best = 0;
             let mut first_failed = None;
             for rate in RATES {
-                if run_open(&url, phase, &briefs, rate) {
+                if run_open(&url, store.as_ref(), phase, &briefs, rate) {
                     best = rate;
                 } else if first_failed.is_none() {
                     first_failed = Some(rate);
@@ -324,7 +341,7 @@ fn main() {
             if let Some(mut high) = first_failed.filter(|&h| h > best) {
                 for _ in 0..2 {
                     let mid = (best + high) / 2;
-                    if run_open(&url, phase, &briefs, mid) {
+                    if run_open(&url, store.as_ref(), phase, &briefs, mid) {
                         best = mid;
                     } else {
                         high = mid;
