@@ -483,9 +483,41 @@ fn pruning_counts_each_scope_once_and_trims_it_from_its_oldest_end() {
             })
         })
         .collect();
+    // A read of one event, beside them, finds the cap's floor while the pruner trims: it
+    // shows at most the cap, and the cap once the scope holds it.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (store, s, done) = (
+            std::sync::Arc::clone(&store),
+            s.clone(),
+            std::sync::Arc::clone(&done),
+        );
+        std::thread::spawn(move || {
+            let inserts = DecisionQuery {
+                events: vec![lessons::DecisionEvent::Inserted],
+                limit: 1000,
+                ..DecisionQuery::default()
+            };
+            let mut full = false;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let shown = store.decisions(&s, &inserts).expect("read").len();
+                assert!(
+                    shown <= 48,
+                    "a read of one event showed {shown} for a cap of 48"
+                );
+                assert!(
+                    !full || shown == 48,
+                    "{shown} shown after the cap was reached"
+                );
+                full |= shown == 48;
+            }
+        })
+    };
     for w in writers {
         w.join().expect("writer");
     }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    reader.join().expect("reader");
     write(&store, &s, "the newest lesson".into());
     let all = DecisionQuery {
         limit: 1000,

@@ -205,9 +205,14 @@ impl DecisionJournal {
     /// `scope`'s entries, newest first, as `query` filters them. Entries of chosen events are
     /// read from those events' prefixes only, so the cost follows what is asked for and found,
     /// not the journal's length.
-    pub(super) fn read(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
+    pub(super) fn read(
+        &self,
+        group: &GroupCommit,
+        scope: &ScopeKey,
+        query: &DecisionQuery,
+    ) -> Result<Vec<Decision>> {
         let mut out = Vec::new();
-        self.visit(scope, query, &mut |d| {
+        self.visit(group, scope, query, &mut |d| {
             out.push(d);
             true
         })?;
@@ -218,6 +223,7 @@ impl DecisionJournal {
     /// it answers `false` or `query.limit` were handed: nothing past that is read or decoded.
     pub(super) fn visit(
         &self,
+        group: &GroupCommit,
         scope: &ScopeKey,
         query: &DecisionQuery,
         visit: &mut dyn FnMut(Decision) -> bool,
@@ -232,14 +238,23 @@ impl DecisionJournal {
         } else {
             &query.events[..]
         };
-        // A read of every entry stops at the cap; a read of some stops at the cap's floor.
-        let floor = if every { None } else { self.cap_floor(scope)? };
+        // A read of every entry stops at the cap; a read of some stops at the cap's floor, found
+        // in a snapshot taken with the scope's tally (see `cap_floor`) and read from it too, so
+        // a prune or a write committed meanwhile cannot move the floor off the cap.
+        let (snapshot, floor) = if every {
+            (None, None)
+        } else {
+            let (tally, snapshot) = group
+                .between_commits(|| (self.tallies.lock().get(scope).copied(), self.db.snapshot()));
+            let floor = self.cap_floor(&snapshot, scope, tally)?;
+            (Some(snapshot), floor)
+        };
         let classes = Classes {
             events,
             never_used: query.never_used,
         };
         let entries = self
-            .merged(None, scope, classes, Order::NewestFirst, true)
+            .merged(snapshot.as_ref(), scope, classes, Order::NewestFirst, true)
             .take(if every { self.cap } else { usize::MAX });
         for entry in entries {
             let (k, v) = entry?;
@@ -265,22 +280,28 @@ impl DecisionJournal {
         Ok(())
     }
 
-    /// The order of the oldest entry of `scope` the cap keeps, when the scope holds more than
-    /// the cap (entries older than it read as pruned). Found from the oldest end when the
-    /// scope's count is known (at most a sixteenth of the cap is read), else from the newest.
-    fn cap_floor(&self, scope: &ScopeKey) -> Result<Option<Vec<u8>>> {
-        let tally = self.tallies.lock().get(scope).copied();
+    /// The order of the oldest entry of `scope` the cap keeps in `snapshot`, when the scope
+    /// holds more than the cap (entries older than it read as pruned). Found from the oldest
+    /// end when the scope's count is known (at most a sixteenth of the cap is read), else from
+    /// the newest. `tally` must be the scope's as of `snapshot` (both taken between commits:
+    /// every commit updates the tally of what it adds or prunes under the commit's lock).
+    fn cap_floor(
+        &self,
+        snapshot: &fjall::Snapshot,
+        scope: &ScopeKey,
+        tally: Option<Tally>,
+    ) -> Result<Option<Vec<u8>>> {
         let all = Classes::ALL;
         let at = match tally {
             Some(t) if t.counted && t.entries <= self.cap => return Ok(None),
             Some(t) if t.counted => self
-                .merged(None, scope, all, Order::OldestFirst, false)
+                .merged(Some(snapshot), scope, all, Order::OldestFirst, false)
                 .nth(t.entries - self.cap),
             _ => {
                 // A scope nobody wrote since open: the pruner counts it at its next round, so
                 // this read of up to `cap` keys is not repeated by every read after it.
                 self.tallies.lock().entry(scope.clone()).or_default();
-                self.merged(None, scope, all, Order::NewestFirst, false)
+                self.merged(Some(snapshot), scope, all, Order::NewestFirst, false)
                     .nth(self.cap.saturating_sub(1))
             }
         };
@@ -467,16 +488,21 @@ impl DecisionJournal {
                 oldest = time.unwrap_or(oldest);
             }
         }
-        // Not fsynced: a prune lost to a crash is redone after the next open.
+        // The count lands with the prune, under the commit's lock, so no reader sees one
+        // without the other. Not fsynced: a prune lost to a crash is redone after the next open.
+        let counted = || {
+            let mut tallies = self.tallies.lock();
+            let tally = tallies.entry(scope.clone()).or_default();
+            tally.entries += kept;
+            tally.oldest = tally.oldest.min(oldest);
+            tally.counted = true;
+        };
         if removed > 0 {
-            group.commit(batch, "pruning the decision journal", || {})?;
+            group.commit(batch, "pruning the decision journal", counted)
+        } else {
+            counted();
+            Ok(())
         }
-        let mut tallies = self.tallies.lock();
-        let tally = tallies.entry(scope.clone()).or_default();
-        tally.entries += kept;
-        tally.oldest = tally.oldest.min(oldest);
-        tally.counted = true;
-        Ok(())
     }
 
     /// Removes `scope`'s oldest entries until it holds at most the cap (of the `entries` it
@@ -505,14 +531,19 @@ impl DecisionJournal {
             removed += 1;
             excess = excess.saturating_sub(1);
         }
+        // As in `count_and_prune`: the tally follows the prune under the commit's lock.
+        let pruned = || {
+            let mut tallies = self.tallies.lock();
+            let tally = tallies.entry(scope.clone()).or_default();
+            tally.entries = tally.entries.saturating_sub(removed);
+            tally.oldest = oldest;
+        };
         if removed > 0 {
-            group.commit(batch, "pruning the decision journal", || {})?;
+            group.commit(batch, "pruning the decision journal", pruned)
+        } else {
+            pruned();
+            Ok(())
         }
-        let mut tallies = self.tallies.lock();
-        let tally = tallies.entry(scope.clone()).or_default();
-        tally.entries = tally.entries.saturating_sub(removed);
-        tally.oldest = oldest;
-        Ok(())
     }
 }
 
@@ -784,12 +815,12 @@ mod tests {
             limit: 1_000,
             never_used: false,
         };
-        let before = reopened.read(&scope, &query).expect("read");
+        let before = reopened.read(&group, &scope, &query).expect("read");
         // The newest 100 of the 150 are kept, a third of them restatements.
         assert_eq!(before.len(), 33, "{before:?}");
         assert_eq!(reopened.uncounted(), 1, "the read left the scope to count");
         reopened.prune(&group).expect("prune");
         assert_eq!(reopened.uncounted(), 0);
-        assert_eq!(reopened.read(&scope, &query).expect("read"), before);
+        assert_eq!(reopened.read(&group, &scope, &query).expect("read"), before);
     }
 }

@@ -276,7 +276,7 @@ impl MemoryStore for EmbeddedStore {
 
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         validate_decision_query(query)?;
-        self.shared.journal.read(scope, query)
+        self.shared.journal.read(&self.shared.group, scope, query)
     }
 
     fn visit_decisions(
@@ -287,7 +287,9 @@ impl MemoryStore for EmbeddedStore {
         visit: &mut dyn FnMut(Decision) -> bool,
     ) -> Result<()> {
         validate_decision_query(query)?;
-        self.shared.journal.visit(scope, query, visit)
+        self.shared
+            .journal
+            .visit(&self.shared.group, scope, query, visit)
     }
 
     fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
