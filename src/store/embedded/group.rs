@@ -321,10 +321,24 @@ impl SyncClock {
 /// a durable write's wait) and those an index commit makes first.
 /// Durations are kept in buckets, each within 25% of its start; subtract an earlier reading
 /// ([`since`](Self::since)) for an interval.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct SyncTimes {
     buckets: Vec<u64>,
     micros: u64,
+}
+
+/// What a person reads in a log line: the count, the total and three quantiles, not the
+/// buckets.
+impl std::fmt::Debug for SyncTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncTimes")
+            .field("count", &self.count())
+            .field("total", &self.total())
+            .field("p50", &self.quantile(0.5))
+            .field("p99", &self.quantile(0.99))
+            .field("slowest", &self.quantile(1.0))
+            .finish()
+    }
 }
 
 impl SyncTimes {
@@ -490,6 +504,13 @@ mod tests {
             after.quantile(0.5) > Duration::from_millis(9)
                 && after.quantile(0.5) < Duration::from_millis(12)
         );
+        // A log line shows the summary, not the buckets.
+        let shown = format!("{after:?}");
+        assert!(
+            shown.starts_with("SyncTimes { count: 2, total: 49ms, p50: "),
+            "{shown}"
+        );
+        assert!(!shown.contains("buckets"), "{shown}");
     }
 
     #[test]
