@@ -488,21 +488,13 @@ impl DecisionJournal {
                 oldest = time.unwrap_or(oldest);
             }
         }
-        // The count lands with the prune, under the commit's lock, so no reader sees one
-        // without the other. Not fsynced: a prune lost to a crash is redone after the next open.
-        let counted = || {
+        commit_prune(group, batch, removed, || {
             let mut tallies = self.tallies.lock();
             let tally = tallies.entry(scope.clone()).or_default();
             tally.entries += kept;
             tally.oldest = tally.oldest.min(oldest);
             tally.counted = true;
-        };
-        if removed > 0 {
-            group.commit(batch, "pruning the decision journal", counted)
-        } else {
-            counted();
-            Ok(())
-        }
+        })
     }
 
     /// Removes `scope`'s oldest entries until it holds at most the cap (of the `entries` it
@@ -531,19 +523,29 @@ impl DecisionJournal {
             removed += 1;
             excess = excess.saturating_sub(1);
         }
-        // As in `count_and_prune`: the tally follows the prune under the commit's lock.
-        let pruned = || {
+        commit_prune(group, batch, removed, || {
             let mut tallies = self.tallies.lock();
             let tally = tallies.entry(scope.clone()).or_default();
             tally.entries = tally.entries.saturating_sub(removed);
             tally.oldest = oldest;
-        };
-        if removed > 0 {
-            group.commit(batch, "pruning the decision journal", pruned)
-        } else {
-            pruned();
-            Ok(())
-        }
+        })
+    }
+}
+
+/// Commits a prune's `batch` of `removed` entries (if any) and updates the scope's tally with
+/// `tally` under the commit's lock, so no reader sees the prune without the tally that counts
+/// it (see `visit`). Not fsynced: a prune lost to a crash is redone after the next open.
+fn commit_prune(
+    group: &GroupCommit,
+    batch: OwnedWriteBatch,
+    removed: usize,
+    tally: impl FnOnce(),
+) -> Result<()> {
+    if removed > 0 {
+        group.commit(batch, "pruning the decision journal", tally)
+    } else {
+        tally();
+        Ok(())
     }
 }
 
