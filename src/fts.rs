@@ -199,21 +199,32 @@ pub(crate) fn idf(rows: u64, hits: u64) -> f64 {
 /// FTS5's `bm25()` negated (higher is better), summed over the terms in query order with the
 /// same floating-point operations as SQLite, so equal inputs give bit-equal scores.
 pub(crate) fn bm25(idfs: &[f64], freqs: &[u32], len: u32, totals: Totals) -> f64 {
-    let avgdl = totals.tokens as f64 / totals.rows as f64;
-    let d = f64::from(len);
-    // The same operations per term as SQLite's loop; the length term does not depend on the
-    // term, and a term the document lacks adds exactly +0.0 to a sum that starts at +0.0, so
-    // skipping it leaves every bit of the sum as it was.
-    let norm = K1 * (1.0 - B + B * d / avgdl);
+    let norm = length_norm(len, totals);
+    // A term the document lacks adds exactly +0.0 to a sum that starts at +0.0, so skipping
+    // it leaves every bit of the sum as it was.
     let mut score = 0.0;
-    for (idf, &f) in idfs.iter().zip(freqs) {
+    for (&idf, &f) in idfs.iter().zip(freqs) {
         if f == 0 {
             continue;
         }
-        let f = f64::from(f);
-        score += idf * ((f * (K1 + 1.0)) / (f + norm));
+        score += term_score(idf, f, norm);
     }
     score
+}
+
+/// The part of a document's `bm25()` that does not depend on the term: its length against
+/// the average. The same operations as SQLite's loop, so a sum built from it term by term, in
+/// query order and starting at +0.0, is bit-equal to [`bm25`]'s.
+pub(crate) fn length_norm(len: u32, totals: Totals) -> f64 {
+    let avgdl = totals.tokens as f64 / totals.rows as f64;
+    K1 * (1.0 - B + B * f64::from(len) / avgdl)
+}
+
+/// One term's addend to a document's `bm25()`: the term's IDF, its `freq` (at least 1) in
+/// the document, and the document's [`length_norm`].
+pub(crate) fn term_score(idf: f64, freq: u32, norm: f64) -> f64 {
+    let f = f64::from(freq);
+    idf * ((f * (K1 + 1.0)) / (f + norm))
 }
 
 /// How many candidates the Worker hands its ranker for `limit` records.

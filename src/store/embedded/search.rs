@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::tx::Change;
-use crate::fts::{bm25, idf, FtsDoc, Totals};
+use crate::fts::{idf, length_norm, term_score, FtsDoc, Totals};
 use crate::model::{Record, Status};
 use crate::text::FnvMap;
 
@@ -367,35 +367,32 @@ impl ScopeSearch {
             .iter()
             .map(|l| idf(totals.rows, l.len() as u64))
             .collect();
-        // Each matched document's counts: one row of `terms.len()` per document, found by slot.
-        let width = terms.len();
+        // Each matched document's score, summed term by term in query order as `bm25` sums
+        // (bit-equal to it): one row per document, found by slot, so the work is the
+        // postings read, not the documents times the terms.
         let mut row_of = vec![u32::MAX; self.slots.len()];
-        let mut matched: Vec<u32> = Vec::new();
-        let mut freqs: Vec<u32> = Vec::new();
-        for (i, list) in lists.iter().enumerate() {
+        // (score, length norm, slot) by row.
+        let mut scored: Vec<(f64, f64, u32)> = Vec::new();
+        for (list, &idf) in lists.iter().zip(&idfs) {
             for &(slot, n) in list.iter() {
                 let Some(row) = row_of.get_mut(slot as usize) else {
                     continue;
                 };
                 if *row == u32::MAX {
-                    *row = matched.len() as u32;
-                    matched.push(slot);
-                    freqs.resize(freqs.len() + width, 0);
+                    let Some(&len) = self.lens.get(slot as usize) else {
+                        continue;
+                    };
+                    *row = scored.len() as u32;
+                    scored.push((0.0, length_norm(len, totals), slot));
                 }
-                if let Some(f) = freqs.get_mut(*row as usize * width + i) {
-                    *f = n;
+                if let Some((score, norm, _)) = scored.get_mut(*row as usize) {
+                    *score += term_score(idf, n, *norm);
                 }
             }
         }
-        let mut scored: Vec<(f64, u64, u32)> = matched
-            .iter()
-            .enumerate()
-            .filter_map(|(row, &slot)| {
-                let len = *self.lens.get(slot as usize)?;
-                let seq = *self.seqs.get(slot as usize)?;
-                let f = freqs.get(row * width..(row + 1) * width)?;
-                Some((bm25(&idfs, f, len, totals), seq, slot))
-            })
+        let mut scored: Vec<(f64, u64, u32)> = scored
+            .into_iter()
+            .filter_map(|(score, _, slot)| Some((score, *self.seqs.get(slot as usize)?, slot)))
             .collect();
         // The Worker's `ORDER BY bm25(...)`: best first, equal scores in sequence order. The
         // order is total (sequence numbers differ), so the best `pool` chosen first and then
@@ -539,6 +536,67 @@ mod tests {
                     .collect();
                 assert_eq!(got, want, "{query} / {size}");
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// On records and queries drawn from a few words (so many scores tie and many
+        /// documents share lengths), the held pool is the reference prefilter's, order and
+        /// ties included, after records left and came back.
+        #[test]
+        fn the_pool_is_the_prefilters_on_any_records(
+            texts in proptest::collection::vec(
+                proptest::collection::vec(0usize..8, 1..9), 1..40),
+            gone in proptest::collection::vec(proptest::bool::ANY, 40),
+            query in proptest::collection::vec(0usize..10, 1..12),
+            size in 1usize..60,
+        ) {
+            const WORDS: [&str; 10] =
+                ["npm", "ci", "lint", "cache", "key", "lockfile", "vitest", "the", "zeta", "eta"];
+            let text = |ids: &[usize]| -> String {
+                ids.iter().filter_map(|&i| WORDS.get(i).copied()).collect::<Vec<_>>().join(" ")
+            };
+            let records: Vec<Arc<Record>> = texts
+                .iter()
+                .enumerate()
+                .map(|(i, ids)| record(i as u64 + 1, &text(ids), &[]))
+                .collect();
+            let mut s = ScopeSearch::of(records.iter().cloned());
+            // Some leave and the first of them comes back: slots are freed and reused.
+            let left: Vec<&Arc<Record>> = records
+                .iter()
+                .zip(&gone)
+                .filter(|(_, g)| **g)
+                .map(|(r, _)| r)
+                .collect();
+            for r in &left {
+                s.apply(&[change(r.seq().unwrap_or(0), None)]);
+            }
+            let back = left.first().map(|r| Arc::clone(r));
+            if let Some(r) = &back {
+                s.apply(&[change(r.seq().unwrap_or(0), Some(Arc::clone(r)))]);
+            }
+            let active: Vec<&Arc<Record>> = records
+                .iter()
+                .filter(|r| {
+                    !left.iter().any(|l| l.seq() == r.seq())
+                        || back.as_ref().is_some_and(|b| b.seq() == r.seq())
+                })
+                .collect();
+            let terms = crate::fts::match_terms(&text(&query));
+            let want = crate::fts::pool(
+                active
+                    .iter()
+                    .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), &r.keywords)),
+                &terms,
+                size,
+            );
+            let got: Vec<u64> = s
+                .pool(&terms, size)
+                .iter()
+                .filter_map(|d| d.record.seq())
+                .collect();
+            proptest::prop_assert_eq!(got, want);
         }
     }
 }
