@@ -18,8 +18,11 @@
 //! 95% of it completes and its p99 stays under 100 ms (past the saturation point the queue, and
 //! with it every latency, grows for as long as the phase lasts); the saturation point is then
 //! narrowed between the highest rate sustained and the next by halving, twice.
-//! Each open-loop row also says what the engine did during the phase (`Upkeep`): compactions
-//! finished, their time, and the journal's fsyncs.
+//! Each open-loop row also says how the slow requests (over 10 ms) fall: how many, and in how
+//! many 50 ms windows of the schedule (a stall puts many in a few; a server that falls behind,
+//! or a machine whose cores are taken, spreads them); the CPU time the hypervisor stole
+//! during the phase; and what the engine did (`Upkeep`): compactions finished, their time, and
+//! the journal's fsyncs.
 //! `LESSONS_LOAD=closed` or `=open` runs one mode.
 //!
 //! `cargo bench --bench server_load`
@@ -35,7 +38,7 @@ use std::time::{Duration, Instant};
 use lessons::server::{AppState, Auth, Background};
 use lessons::{ContextConfig, EmbeddedStore, MemoryStore, ScopeKey};
 use serde_json::json;
-use support::{brief, records, text, vocabulary, Rng};
+use support::{brief, records, text, vocabulary, Rng, Steal};
 
 /// The allocator the `lessons` binary serves on (see `lessons::allocator`), so the server here
 /// allocates as `lessons serve` does; the clients share it.
@@ -230,7 +233,7 @@ fn run_open(
                     let (path, payload) = body(&mut rng, k as usize, &briefs);
                     let ok = post(&agent, &url, &path, &payload);
                     // From the intended send time: the time a caller on this schedule waits.
-                    samples.push(intended.elapsed());
+                    samples.push((intended.duration_since(start), intended.elapsed()));
                     if !ok {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
@@ -243,22 +246,34 @@ fn run_open(
     let _ = clock.set(Instant::now() + Duration::from_millis(10));
     ready.wait();
     let before = store.upkeep().unwrap_or_default();
-    let mut all: Vec<Duration> = Vec::new();
+    let steal = Steal::now();
+    let mut timed: Vec<(Duration, Duration)> = Vec::new();
     for t in threads {
-        all.extend(t.join().unwrap_or_default());
+        timed.extend(t.join().unwrap_or_default());
     }
+    let mut all: Vec<Duration> = timed.iter().map(|t| t.1).collect();
     let after = store.upkeep().unwrap_or_default();
+    let steal = steal.since();
+    // A stall shows as many slow requests in a few windows; a server that falls behind, or
+    // cores taken from it, as slow requests spread over the phase.
+    let slow: Vec<u128> = timed
+        .iter()
+        .filter(|(_, latency)| *latency > Duration::from_millis(10))
+        .map(|(at, _)| at.as_millis() / 50)
+        .collect();
+    let moments = slow.iter().collect::<std::collections::BTreeSet<_>>().len();
     all.sort();
     let pick = |p: f64| percentile(&all, p);
     let achieved = all.len() as f64 / OPEN_PHASE.as_secs_f64();
     let sustained = all.len() as f64 >= 0.95 * n as f64 && pick(0.99) < Duration::from_millis(100);
     println!(
-        "| {} | {rate}/s | {:.0}/s | {:.2} ms | {:.2} ms | {:.2} ms | {} / {:.0} ms / {} | {} errors{} |",
+        "| {} | {rate}/s | {:.0}/s | {:.2} ms | {:.2} ms | {:.2} ms | {} in {moments} | {steal} | {} / {:.0} ms / {} | {} errors{} |",
         phase.name,
         achieved.min(rate as f64),
         pick(0.50).as_secs_f64() * 1e3,
         pick(0.99).as_secs_f64() * 1e3,
         pick(0.999).as_secs_f64() * 1e3,
+        slow.len(),
         after.compactions_done.saturating_sub(before.compactions_done),
         after.compacting_micros.saturating_sub(before.compacting_micros) as f64 / 1e3,
         after.journal_syncs.since(&before.journal_syncs).count(),
@@ -311,8 +326,8 @@ fn main() {
     let mode = std::env::var("LESSONS_LOAD").unwrap_or_default();
     if mode != "closed" {
         println!("\nOpen loop: fixed arrival rate, latency from the intended send time, {}-second phases, {SENDERS} senders (server and senders share 2 cores)\n", OPEN_PHASE.as_secs());
-        println!("| route | offered | completed | p50 | p99 | p99.9 | during it: compactions / their time / journal fsyncs | |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("| route | offered | completed | p50 | p99 | p99.9 | over 10 ms: requests / in how many 50 ms windows | steal | during it: compactions / their time / journal fsyncs | |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         let phases = [
             Phase {
                 name: "/list (window read, 24 facts)",

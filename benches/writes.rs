@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use lessons::internals::{last_write, WritePhases};
 use lessons::store::{Clock, SyncTimes};
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
-use support::{brief, records, text, vocabulary, Rng, SqliteScope, NOW};
+use support::{brief, records, text, vocabulary, Rng, SqliteScope, Steal, NOW};
 
 const ACTIVE: usize = 500;
 const THREADS: usize = 8;
@@ -69,36 +69,6 @@ fn clock() -> Clock {
     // A clock that moves, so recency and usage keys behave as in production.
     let start = Instant::now();
     Arc::new(move || NOW + start.elapsed().as_millis() as i64)
-}
-
-/// The CPU time the hypervisor stole, as a share of all CPU time, between two readings.
-struct Steal(u64, u64);
-
-impl Steal {
-    fn now() -> Steal {
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let cpu: Vec<u64> = stat
-            .lines()
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        Steal(cpu.get(7).copied().unwrap_or(0), cpu.iter().sum())
-    }
-
-    fn since(&self) -> String {
-        let now = Steal::now();
-        let total = now.1.saturating_sub(self.1);
-        if total == 0 {
-            return "n/a".into();
-        }
-        format!(
-            "{:.1}%",
-            100.0 * now.0.saturating_sub(self.0) as f64 / total as f64
-        )
-    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -406,3 +406,33 @@ fn insert_row(tx: &rusqlite::Transaction<'_>, r: &Record) {
         .expect("index");
     }
 }
+
+/// The CPU time the hypervisor stole, as a share of all CPU time, between two readings.
+pub struct Steal(u64, u64);
+
+impl Steal {
+    pub fn now() -> Steal {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        Steal(cpu.get(7).copied().unwrap_or(0), cpu.iter().sum())
+    }
+
+    pub fn since(&self) -> String {
+        let now = Steal::now();
+        let total = now.1.saturating_sub(self.1);
+        if total == 0 {
+            return "n/a".into();
+        }
+        format!(
+            "{:.1}%",
+            100.0 * now.0.saturating_sub(self.0) as f64 / total as f64
+        )
+    }
+}
