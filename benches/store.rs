@@ -2,7 +2,10 @@
 //!
 //! Data: 5 scopes × 500 active records (80% facts, ~320-character texts) plus 400 retired rows
 //! each; and, for the window read, 1,000 scopes × 500 records (500,000; skip with
-//! `LESSONS_BENCH_LARGE=0`). Criterion measures each operation; afterwards a latency table
+//! `LESSONS_BENCH_LARGE=0`). Retrieve is measured twice: from a scope whose records the store
+//! holds for retrieve, and from the same records in a store whose scope cache is too small to
+//! hold them (the keyword index and candidates read from fjall, as for the scopes past the
+//! searches a cache holds). Criterion measures each operation; afterwards a latency table
 //! (p50 / p99 over many samples, same method for both engines) prints the ratios (skip it with
 //! `LESSONS_BENCH_TABLE=0`).
 //!
@@ -169,6 +172,26 @@ fn window_read(c: &mut Criterion) {
     g.finish();
 }
 
+/// The fixture's records in a store whose scope cache is too small to hold a scope's records
+/// for retrieve (at most a sixteenth of 4 MiB each) but holds the rest of each scope's state:
+/// a retrieve asks the keyword index and reads its candidates from fjall, as in a store with
+/// more scopes than its cache holds searches for.
+fn indexed_store(dir: &Path) -> EmbeddedStore {
+    let mut rng = Rng(0x5eed);
+    let store = EmbeddedStore::builder()
+        .clock(clock())
+        .scope_cache(SCOPES, 4 << 20)
+        .open(dir)
+        .expect("open");
+    for i in 0..SCOPES {
+        store
+            .import(&records(&mut rng, &scope(i), ACTIVE, RETIRED))
+            .expect("import");
+    }
+    store.flush().expect("flush");
+    store
+}
+
 fn retrieve(c: &mut Criterion) {
     let mut f = fixture(Durability::Sync);
     let mut g = c.benchmark_group("retrieve_400_token_brief_limit_8");
@@ -183,6 +206,19 @@ fn retrieve(c: &mut Criterion) {
             )
         })
     });
+    let dir = tempfile::tempdir().expect("dir");
+    let indexed = indexed_store(dir.path());
+    g.bench_function("lessons_indexed", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(
+                indexed
+                    .retrieve(&scope(i % SCOPES), &f.briefs[i % 64], 8)
+                    .expect("retrieve"),
+            )
+        })
+    });
+    drop(indexed);
     g.bench_function("sqlite", |b| {
         b.iter(|| {
             i += 1;
@@ -426,6 +462,21 @@ fn latency_table() {
         black_box(f.sqlite[i % SCOPES].retrieve(&briefs[i % 64], 8, NOW + i as i64));
     });
     row("retrieve (400-token brief, limit 8)", ret, ret_sql);
+    let dir = tempfile::tempdir().expect("dir");
+    let indexed = indexed_store(dir.path());
+    let ret_indexed = time(3_000, |i| {
+        black_box(
+            indexed
+                .retrieve(&scope(i % SCOPES), &briefs[i % 64], 8)
+                .expect("retrieve"),
+        );
+    });
+    drop(indexed);
+    row(
+        "retrieve, the scope's records not held (the keyword index, candidates from fjall)",
+        ret_indexed,
+        ret_sql,
+    );
     let mut rng = Rng(11);
     let existing = "the license check fails on a resident tree; npm ci fixes it".to_owned();
     let wr = time(2_000, |i| {
