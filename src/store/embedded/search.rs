@@ -497,6 +497,29 @@ mod tests {
         assert!(s.words.id("delta").is_none());
     }
 
+    /// The sequence numbers of `s`'s pool for `terms`, and of the reference prefilter's over
+    /// `active` (the records `s` should hold).
+    fn held_and_reference_pools<'a>(
+        s: &ScopeSearch,
+        active: impl IntoIterator<Item = &'a Arc<Record>>,
+        terms: &[String],
+        size: usize,
+    ) -> (Vec<u64>, Vec<u64>) {
+        let want = crate::fts::pool(
+            active
+                .into_iter()
+                .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), &r.keywords)),
+            terms,
+            size,
+        );
+        let got = s
+            .pool(terms, size)
+            .iter()
+            .filter_map(|d| d.record.seq())
+            .collect();
+        (got, want)
+    }
+
     #[test]
     fn the_pool_is_the_prefilters() {
         let texts = [
@@ -522,18 +545,7 @@ mod tests {
         ] {
             let terms = crate::fts::match_terms(query);
             for size in [1, 3, 50] {
-                let want = crate::fts::pool(
-                    records
-                        .iter()
-                        .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), &r.keywords)),
-                    &terms,
-                    size,
-                );
-                let got: Vec<u64> = s
-                    .pool(&terms, size)
-                    .iter()
-                    .filter_map(|d| d.record.seq())
-                    .collect();
+                let (got, want) = held_and_reference_pools(&s, &records, &terms, size);
                 assert_eq!(got, want, "{query} / {size}");
             }
         }
@@ -584,18 +596,7 @@ mod tests {
                 })
                 .collect();
             let terms = crate::fts::match_terms(&text(&query));
-            let want = crate::fts::pool(
-                active
-                    .iter()
-                    .map(|r| (r.seq().unwrap_or(0), r.text.as_str(), &r.keywords)),
-                &terms,
-                size,
-            );
-            let got: Vec<u64> = s
-                .pool(&terms, size)
-                .iter()
-                .filter_map(|d| d.record.seq())
-                .collect();
+            let (got, want) = held_and_reference_pools(&s, active, &terms, size);
             proptest::prop_assert_eq!(got, want);
         }
     }
