@@ -352,7 +352,7 @@ impl ScopeSearch {
     /// The reference Worker's FTS5 pool for `terms`: every active record holding one, scored
     /// by `bm25()` over the scope's active records, best first, at most `pool`.
     pub(super) fn pool(&self, terms: &[String], pool: usize) -> Vec<Arc<SearchDoc>> {
-        if terms.is_empty() || self.by_seq.is_empty() {
+        if pool == 0 || terms.is_empty() || self.by_seq.is_empty() {
             return Vec::new();
         }
         let totals = Totals {
@@ -370,46 +370,50 @@ impl ScopeSearch {
         // Each matched document's score, summed term by term in query order as `bm25` sums
         // (bit-equal to it): one row per document, found by slot, so the work is the
         // postings read, not the documents times the terms.
+        struct Row {
+            score: f64,
+            /// The document's `length_norm`, computed once.
+            norm: f64,
+            seq: u64,
+            slot: u32,
+        }
         let mut row_of = vec![u32::MAX; self.slots.len()];
-        // (score, length norm, slot) by row.
-        let mut scored: Vec<(f64, f64, u32)> = Vec::new();
+        let mut rows: Vec<Row> = Vec::new();
         for (list, &idf) in lists.iter().zip(&idfs) {
             for &(slot, n) in list.iter() {
                 let Some(row) = row_of.get_mut(slot as usize) else {
                     continue;
                 };
                 if *row == u32::MAX {
-                    let Some(&len) = self.lens.get(slot as usize) else {
+                    let (Some(&len), Some(&seq)) =
+                        (self.lens.get(slot as usize), self.seqs.get(slot as usize))
+                    else {
                         continue;
                     };
-                    *row = scored.len() as u32;
-                    scored.push((0.0, length_norm(len, totals), slot));
+                    *row = rows.len() as u32;
+                    rows.push(Row {
+                        score: 0.0,
+                        norm: length_norm(len, totals),
+                        seq,
+                        slot,
+                    });
                 }
-                if let Some((score, norm, _)) = scored.get_mut(*row as usize) {
-                    *score += term_score(idf, n, *norm);
+                if let Some(r) = rows.get_mut(*row as usize) {
+                    r.score += term_score(idf, n, r.norm);
                 }
             }
         }
-        let mut scored: Vec<(f64, u64, u32)> = scored
-            .into_iter()
-            .filter_map(|(score, _, slot)| Some((score, *self.seqs.get(slot as usize)?, slot)))
-            .collect();
         // The Worker's `ORDER BY bm25(...)`: best first, equal scores in sequence order. The
         // order is total (sequence numbers differ), so the best `pool` chosen first and then
         // sorted are the first `pool` of the whole list sorted.
-        let order =
-            |a: &(f64, u64, u32), b: &(f64, u64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        if pool == 0 {
-            return Vec::new();
+        let order = |a: &Row, b: &Row| b.score.total_cmp(&a.score).then(a.seq.cmp(&b.seq));
+        if rows.len() > pool {
+            rows.select_nth_unstable_by(pool - 1, order);
+            rows.truncate(pool);
         }
-        if scored.len() > pool {
-            scored.select_nth_unstable_by(pool - 1, order);
-            scored.truncate(pool);
-        }
-        scored.sort_unstable_by(order);
-        scored
-            .into_iter()
-            .filter_map(|(_, _, slot)| self.slots.get(slot as usize)?.clone())
+        rows.sort_unstable_by(order);
+        rows.into_iter()
+            .filter_map(|r| self.slots.get(r.slot as usize)?.clone())
             .collect()
     }
 }
