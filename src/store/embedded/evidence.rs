@@ -25,8 +25,6 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::RecordId;
-use crate::store::index::IndexOp;
 
 const CLEAN_CLOSE: &str = "clean-close";
 const DAMAGED: &str = "damaged";
@@ -112,18 +110,19 @@ impl Witnesses {
         self.next_ids.lock().clone()
     }
 
-    /// Raises the witness of acknowledged ids to cover `ops` (written, once the journal is
-    /// durable, ahead of the index commit that covers them).
-    pub(super) fn witness(&self, ops: &[IndexOp]) -> Result<()> {
+    /// Raises the witness of acknowledged ids to cover each scope's `highest` sequence number
+    /// (written, once the journal is durable, ahead of the index commit that holds them).
+    pub(super) fn witness<'a>(
+        &self,
+        highest: impl IntoIterator<Item = (&'a str, u64)>,
+    ) -> Result<()> {
         let mut ids = self.next_ids.lock();
         let mut raised = false;
-        for op in ops {
-            if let Some(RecordId { scope, seq }) = RecordId::parse(op.id()) {
-                let next = ids.entry(scope.as_str().to_owned()).or_default();
-                if *next <= seq {
-                    *next = seq + 1;
-                    raised = true;
-                }
+        for (scope, seq) in highest {
+            let next = ids.entry(scope.to_owned()).or_default();
+            if *next <= seq {
+                *next = seq + 1;
+                raised = true;
             }
         }
         if raised {

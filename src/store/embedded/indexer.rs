@@ -7,21 +7,33 @@
 //! at open).
 //! **Invariant:** an outbox entry is removed only once a committed index covers it.
 
+use super::queue::{Staged, Work};
 use super::shared::Shared;
 use crate::error::Result;
 use crate::model::RecordId;
 use crate::store::index::{IndexOp, Mark};
 
-/// The indexer thread: commits whenever enough changes gathered or the interval passed, and
-/// prunes the decision journal, until the queue is stopped.
+/// The indexer thread: hands changes to the index writer as they gather, commits whenever
+/// enough are pending or the interval passed, and prunes the decision journal after each
+/// commit, until the queue is stopped.
 pub(super) fn run(s: &Shared) {
+    let mut commit_by = s.queue.next_commit();
     loop {
-        s.queue.wait_for_work();
-        if commit(s).is_err() {
-            s.queue.degrade();
-        }
-        if let Err(e) = s.journal.prune(&s.group) {
-            log::warn!("[store] pruning the decision journal failed: {e}");
+        match s.queue.wait_for_work(commit_by) {
+            Work::Stage => {
+                let mut staged = s.queue.committing();
+                // A failure degrades the queue; the outbox keeps the changes for the next open.
+                let _ = stage(s, &mut staged, &s.queue.unstaged());
+            }
+            Work::Commit => {
+                if commit(s).is_err() {
+                    s.queue.degrade();
+                }
+                if let Err(e) = s.journal.prune(&s.group) {
+                    log::warn!("[store] pruning the decision journal failed: {e}");
+                }
+                commit_by = s.queue.next_commit();
+            }
         }
         if s.queue.stopped() {
             return;
@@ -29,20 +41,36 @@ pub(super) fn run(s: &Shared) {
     }
 }
 
-/// Commits everything queued, then trims the outbox up to the watermark.
-pub(super) fn commit(s: &Shared) -> Result<()> {
-    let _committing = s.queue.committing();
-    let Some(round) = s.queue.round() else {
+/// Hands `changes` to the index writer; the next commit makes them searchable.
+fn stage(s: &Shared, staged: &mut Staged, changes: &[crate::store::index::IndexOp]) -> Result<()> {
+    if changes.is_empty() {
         return Ok(());
-    };
-    if let Err(e) = s.index.stage(&round.changes) {
+    }
+    staged.note(changes);
+    if let Err(e) = s.index.stage(changes) {
         // Nothing is lost: the outbox keeps these operations for the next open.
         s.queue.degrade();
         return Err(e);
     }
+    Ok(())
+}
+
+/// Commits everything staged and queued, then trims the outbox up to the watermark.
+pub(super) fn commit(s: &Shared) -> Result<()> {
+    let mut staged = s.queue.committing();
+    commit_holding(s, &mut staged)
+}
+
+/// [`commit`], for a caller that holds `committing`.
+fn commit_holding(s: &Shared, staged: &mut Staged) -> Result<()> {
+    let Some(round) = s.queue.round() else {
+        return Ok(());
+    };
+    stage(s, staged, &round.changes)?;
     let mark = durable_mark(s, round.watermark)?;
-    s.witness.witness(&round.changes)?;
+    s.witness.witness(staged.highest())?;
     s.index.commit(mark)?;
+    staged.committed();
     let trim = s.records.trim_outbox(round.covered.iter().copied());
     s.group.commit(trim, "trimming the index outbox", || {})?;
     s.queue.covered(&round.covered);
@@ -88,7 +116,9 @@ pub(super) fn recover(s: &Shared, watermark: Option<Mark>) -> Result<()> {
     }
     if !replay.is_empty() || last.is_some() {
         let mark = durable_mark(s, top)?;
-        s.witness.witness(&replay)?;
+        let mut replayed = Staged::default();
+        replayed.note(&replay);
+        s.witness.witness(replayed.highest())?;
         s.index.commit(mark)?;
     }
     let trim = s.records.trim_outbox(entries.iter().map(|(op, _)| *op));
@@ -112,9 +142,11 @@ fn current_op(s: &Shared, id: &str) -> Result<IndexOp> {
 }
 
 /// Rebuilds the index from the records as they are now, once every queued change is
-/// committed.
+/// committed. Holds `committing` throughout: a change staged between that commit and the
+/// rebuild's clearing of the index would be cleared with it and never staged again.
 pub(super) fn rebuild(s: &Shared) -> Result<()> {
-    commit(s)?;
+    let mut staged = s.queue.committing();
+    commit_holding(s, &mut staged)?;
     rebuild_at(s, s.queue.watermark())
 }
 
@@ -126,4 +158,64 @@ fn rebuild_at(s: &Shared, watermark: u64) -> Result<()> {
         .every_active(&snapshot)
         .map(|r| r.map(|r| IndexOp::upsert(&r)));
     s.index.rebuild(docs, mark)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::model::{Candidate, ScopeKey};
+    use crate::store::embedded::EmbeddedStore;
+    use crate::store::{MemoryStore, WriteOptions};
+
+    #[test]
+    fn changes_reach_the_writer_before_their_commit_and_the_commit_witnesses_every_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Staged every 1,600 / 16 = 100 changes; committed only by the flush below.
+        let store = EmbeddedStore::builder()
+            .index_commit(1_600, Duration::from_secs(3_600))
+            .open(dir.path())
+            .expect("open");
+        let scopes = [
+            ScopeKey::parse("repo:acme/api").expect("scope"),
+            ScopeKey::parse("repo:acme/web").expect("scope"),
+        ];
+        for i in 0..100 {
+            let fact = Candidate::fact(
+                format!("lesson {i}: the migration {i} must run before the seed"),
+                "slack:C1:1",
+            );
+            store
+                .write(&scopes[i % 2], &[fact], &WriteOptions::default())
+                .expect("write");
+        }
+        let s = &*store.shared;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while s.queue.unstaged_len() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(s.queue.unstaged_len(), 0, "staged with no commit due");
+        // The writer holds them, no commit does: retrieve still answers from the queue.
+        assert_eq!(s.queue.pending_changes(), 100);
+        assert_eq!(s.index.num_docs(), 0);
+        let found = store
+            .retrieve(&scopes[0], "migration seed", 50)
+            .expect("retrieve");
+        assert_eq!(found.len(), 50, "pending records are retrievable");
+
+        store.flush().expect("flush");
+        assert_eq!(s.queue.pending_changes(), 0);
+        assert_eq!(s.index.num_docs(), 100);
+        // The witness covers the ids staged before the commit round, not only its own.
+        let witnessed = s.witness.next_ids();
+        for scope in &scopes {
+            let newest = store
+                .list(scope, &crate::store::ListQuery::window(1))
+                .expect("window");
+            let seq = crate::model::RecordId::parse(&newest[0].id)
+                .expect("record id")
+                .seq;
+            assert_eq!(witnessed.get(scope.as_str()), Some(&(seq + 1)), "{scope:?}");
+        }
+    }
 }
