@@ -18,15 +18,17 @@ use crate::store::index::{IndexOp, Mark};
 /// commit, until the queue is stopped.
 pub(super) fn run(s: &Shared) {
     let mut commit_by = s.queue.next_commit();
+    let mut failed = false;
     loop {
-        match s.queue.wait_for_work(commit_by) {
+        match s.queue.wait_for_work(commit_by, failed) {
             Work::Stage => {
                 let mut staged = s.queue.committing();
                 // A failure degrades the queue; the outbox keeps the changes for the next open.
                 let _ = stage(s, &mut staged, &s.queue.unstaged());
             }
             Work::Commit => {
-                if commit(s).is_err() {
+                failed = commit(s).is_err();
+                if failed {
                     s.queue.degrade();
                 }
                 if let Err(e) = s.journal.prune(&s.group) {
@@ -217,5 +219,36 @@ mod tests {
                 .seq;
             assert_eq!(witnessed.get(scope.as_str()), Some(&(seq + 1)), "{scope:?}");
         }
+    }
+
+    #[test]
+    fn a_failed_commit_is_retried_by_the_interval_not_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedStore::builder()
+            .index_commit(16, Duration::from_secs(3_600))
+            .open(dir.path())
+            .expect("open");
+        let s = &*store.shared;
+        // Every stage and commit from here on fails, as on a full disk.
+        s.index.finish().expect("finish");
+        let scope = ScopeKey::parse("repo:acme/api").expect("scope");
+        for i in 0..20 {
+            let fact = Candidate::fact(format!("lesson {i}: run the seed"), "slack:C1:1");
+            store
+                .write(&scope, &[fact], &WriteOptions::default())
+                .expect("the write is durable; its index change waits");
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !s.queue.degraded() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(s.queue.degraded(), "the failed commit degraded the queue");
+        std::thread::sleep(Duration::from_millis(50));
+        // Each commit attempt syncs the journal before it commits the index.
+        let before = s.group.sync_times().count();
+        std::thread::sleep(Duration::from_millis(500));
+        let attempts = s.group.sync_times().count() - before;
+        assert!(attempts <= 1, "{attempts} commit attempts in 500 ms");
+        assert_eq!(s.queue.pending_changes(), 20, "nothing covered");
     }
 }

@@ -285,13 +285,15 @@ impl IndexQueue {
         }
     }
 
-    /// The indexer thread's wait: a commit once enough changes are pending, `commit_by`
-    /// passed or the queue is stopped; staging once enough changes wait for the writer.
-    pub(super) fn wait_for_work(&self, commit_by: Instant) -> Work {
+    /// The indexer thread's wait: a commit once enough changes are pending (unless `by_time`),
+    /// `commit_by` passed or the queue is stopped; staging once enough changes wait for the
+    /// writer. After a commit failed, the changes it left pending are still enough, so the
+    /// indexer retries by time alone (`by_time`) rather than at once, in a loop of fsyncs.
+    pub(super) fn wait_for_work(&self, commit_by: Instant, by_time: bool) -> Work {
         // `stop` is set under this lock, so the check and the wait cannot miss it.
         let mut ops = self.ops.lock();
         loop {
-            if self.stopped() || ops.changes >= self.commit_every {
+            if self.stopped() || (!by_time && ops.changes >= self.commit_every) {
                 return Work::Commit;
             }
             if ops.queue.len() >= self.stage_every {
