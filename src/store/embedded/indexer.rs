@@ -170,27 +170,39 @@ mod tests {
     use crate::store::embedded::EmbeddedStore;
     use crate::store::{MemoryStore, WriteOptions};
 
-    #[test]
-    fn changes_reach_the_writer_before_their_commit_and_the_commit_witnesses_every_one() {
+    /// A store whose index commits after `every` changes and otherwise only when asked (the
+    /// interval is an hour), and the directory it lives in.
+    fn committing_every(every: usize) -> (tempfile::TempDir, EmbeddedStore) {
         let dir = tempfile::tempdir().expect("tempdir");
-        // Staged every 1,600 / 16 = 100 changes; committed only by the flush below.
         let store = EmbeddedStore::builder()
-            .index_commit(1_600, Duration::from_secs(3_600))
+            .index_commit(every, Duration::from_secs(3_600))
             .open(dir.path())
             .expect("open");
-        let scopes = [
-            ScopeKey::parse("repo:acme/api").expect("scope"),
-            ScopeKey::parse("repo:acme/web").expect("scope"),
-        ];
-        for i in 0..100 {
+        (dir, store)
+    }
+
+    /// Writes `n` facts, one a write, to `scopes` in turn: one index change each.
+    fn write_facts(store: &EmbeddedStore, scopes: &[ScopeKey], n: usize) {
+        for i in 0..n {
             let fact = Candidate::fact(
                 format!("lesson {i}: the migration {i} must run before the seed"),
                 "slack:C1:1",
             );
             store
-                .write(&scopes[i % 2], &[fact], &WriteOptions::default())
-                .expect("write");
+                .write(&scopes[i % scopes.len()], &[fact], &WriteOptions::default())
+                .expect("the write is durable; its index change waits for the indexer");
         }
+    }
+
+    #[test]
+    fn changes_reach_the_writer_before_their_commit_and_the_commit_witnesses_every_one() {
+        // Staged every 1,600 / 16 = 100 changes; committed only by the flush below.
+        let (_dir, store) = committing_every(1_600);
+        let scopes = [
+            ScopeKey::parse("repo:acme/api").expect("scope"),
+            ScopeKey::parse("repo:acme/web").expect("scope"),
+        ];
+        write_facts(&store, &scopes, 100);
         let s = &*store.shared;
         let deadline = Instant::now() + Duration::from_secs(30);
         while s.queue.unstaged_len() > 0 && Instant::now() < deadline {
@@ -223,21 +235,15 @@ mod tests {
 
     #[test]
     fn a_failed_commit_is_retried_by_the_interval_not_at_once() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = EmbeddedStore::builder()
-            .index_commit(16, Duration::from_secs(3_600))
-            .open(dir.path())
-            .expect("open");
+        let (_dir, store) = committing_every(16);
         let s = &*store.shared;
         // Every stage and commit from here on fails, as on a full disk.
         s.index.finish().expect("finish");
-        let scope = ScopeKey::parse("repo:acme/api").expect("scope");
-        for i in 0..20 {
-            let fact = Candidate::fact(format!("lesson {i}: run the seed"), "slack:C1:1");
-            store
-                .write(&scope, &[fact], &WriteOptions::default())
-                .expect("the write is durable; its index change waits");
-        }
+        write_facts(
+            &store,
+            &[ScopeKey::parse("repo:acme/api").expect("scope")],
+            20,
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         while !s.queue.degraded() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
