@@ -6,8 +6,9 @@
 //! operation allocated and not yet added: a commit never claims a write it has not staged.
 //! **Invariant:** an operation stays pending (matched by retrieve from memory) until a commit
 //! whose searcher is reloaded covers it.
-//! **Invariant:** the index writer holds staged changes only under `committing`, and the
-//! commit that makes them searchable witnesses every id staged since the last commit.
+//! **Invariant:** changes reach the index writer only under `committing`, which guards the
+//! account of what is staged and not committed; the commit that makes them searchable
+//! witnesses every id staged since the last commit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,8 +106,13 @@ impl Staged {
     pub(super) fn note(&mut self, changes: &[IndexOp]) {
         for c in changes {
             if let Some(RecordId { scope, seq }) = RecordId::parse(c.id()) {
-                let highest = self.highest.entry(scope.as_str().to_owned()).or_default();
-                *highest = (*highest).max(seq);
+                // A scope is allocated once a commit, not once a change.
+                match self.highest.get_mut(scope.as_str()) {
+                    Some(highest) => *highest = (*highest).max(seq),
+                    None => {
+                        self.highest.insert(scope.as_str().to_owned(), seq);
+                    }
+                }
             }
         }
     }
