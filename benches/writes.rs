@@ -2,7 +2,8 @@
 //! with its schema, `synchronous=FULL`), and beside the disk's floor, in one run.
 //!
 //! 1. The floor: a raw 4 KiB append and `fdatasync` in the store's directory, the least a
-//!    durable write costs on this disk.
+//!    durable write costs on this disk; then the same beside 8 threads that only use the CPU,
+//!    which shows how much of a tail the run queue alone makes on this machine.
 //! 2. One durable write at a time (a reflection of 4 candidates: two new lessons, a
 //!    restatement, a repeat; one scope of 500 records at its cap): p50 / p99 of each engine, and
 //!    lessons' p50 in floors.
@@ -85,8 +86,28 @@ fn p50_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (percentile(&samples, 0.5), percentile(&samples, 0.99))
 }
 
-/// A raw 4 KiB append and `fdatasync`, `n` times, in `dir`.
-fn floor(dir: &Path, n: usize) -> (Duration, Duration) {
+/// A raw 4 KiB append and `fdatasync`, `n` times, in `dir`, while `busy` threads keep the CPU
+/// busy without touching the disk. With none, this is the disk's floor. With some, the disk's
+/// part is the same and what the wall clock adds is the wait for a CPU once the disk has
+/// answered: the wait a write under 8 writers on few cores also pays.
+fn floor_beside(dir: &Path, n: usize, busy: usize) -> (Duration, Duration) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..busy {
+            s.spawn(|| {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            });
+        }
+        let timed = timed_appends(dir, n);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        timed
+    })
+}
+
+fn timed_appends(dir: &Path, n: usize) -> (Duration, Duration) {
     let path = dir.join("floor.bin");
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -413,11 +434,21 @@ fn main() {
     println!("|---|---|---|---|---|");
 
     let steal = Steal::now();
-    let (floor50, floor99) = floor(dir.path(), SINGLE_WRITES);
+    let (floor50, floor99) = floor_beside(dir.path(), SINGLE_WRITES, 0);
     println!(
-        "| the floor: 4 KiB append + fdatasync, p50 / p99 | {} / {} | | | {} |",
+        "| the floor: 4 KiB append + fdatasync, p50 / p99 (p99 ÷ p50) | {} / {} ({:.1}×) | | | {} |",
         ms(floor50),
         ms(floor99),
+        floor99.as_secs_f64() / floor50.as_secs_f64(),
+        steal.since()
+    );
+    let steal = Steal::now();
+    let (busy50, busy99) = floor_beside(dir.path(), SINGLE_WRITES, THREADS);
+    println!(
+        "| the floor beside {THREADS} threads busy on the CPU, p50 / p99 (p99 ÷ p50) | {} / {} ({:.1}×) | | | {} |",
+        ms(busy50),
+        ms(busy99),
+        busy99.as_secs_f64() / busy50.as_secs_f64(),
         steal.since()
     );
 
