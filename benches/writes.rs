@@ -2,14 +2,14 @@
 //! with its schema, `synchronous=FULL`), and beside the disk's floor, in one run.
 //!
 //! 1. The floor: a raw 4 KiB append and `fdatasync` in the store's directory, the least a
-//!    durable write costs on this disk; then the same beside 8 threads that only use the CPU,
-//!    which shows how much of a tail the run queue alone makes on this machine.
+//!    durable write costs on this disk; then the same beside as many threads as there are
+//!    writers, threads that only use the CPU: the tail the run queue alone makes here.
 //! 2. One durable write at a time (a reflection of 4 candidates: two new lessons, a
 //!    restatement, a repeat; one scope of 500 records at its cap): p50 / p99 of each engine, and
 //!    lessons' p50 in floors.
-//! 3. Sustained writes: 8 writer threads on random scopes of a store of `RECORDS` records (500
-//!    per scope, every scope at its cap), `SECONDS` per engine, twice: the rate, p50, p99 and
-//!    p99 ÷ p50 of each engine. The first round follows the load (lessons compacting what was
+//! 3. Sustained writes: 8 writer threads (`THREADS`) on random scopes of a store of `RECORDS`
+//!    records (500 per scope, every scope at its cap), `SECONDS` per engine, twice: the rate,
+//!    p50, p99 and p99 ÷ p50 of each engine. The first round follows the load (lessons compacting what was
 //!    imported; SQLite's write-ahead logs holding the load, checkpointed by the first commits
 //!    that pass 1,000 pages, and growing file by file); the second is the steady state a
 //!    long-running deployment sees (SQLite's logs checkpointed and written over in place). Both
@@ -29,8 +29,8 @@
 //! on a shared host the tail moves with it.
 //!
 //! `cargo bench --bench writes` (`LESSONS_WRITES_RECORDS=1000000` for the large store,
-//! `LESSONS_WRITES_SECONDS=N` per sustained phase, default 20; the stores go in `TMPDIR`, which
-//! must be on the disk being measured).
+//! `LESSONS_WRITES_SECONDS=N` per sustained phase, default 20; `LESSONS_WRITES_THREADS=N`
+//! writers instead of 8; the stores go in `TMPDIR`, which must be on the disk being measured).
 
 // A harness: a panic is its failure report (see Cargo.toml's lint policy).
 #![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
@@ -54,7 +54,6 @@ use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
 use support::{brief, records, text, vocabulary, Rng, SqliteScope, Steal, NOW};
 
 const ACTIVE: usize = 500;
-const THREADS: usize = 8;
 const SINGLE_WRITES: usize = 2_000;
 /// Threads retrieving beside the writers.
 const READERS: usize = 2;
@@ -424,6 +423,9 @@ fn main() {
     let _tuned = lessons::allocator::tune();
     let records_total = env("LESSONS_WRITES_RECORDS", 200_000);
     let seconds = env("LESSONS_WRITES_SECONDS", 20);
+    // The load is 8 writers; as many as the machine has cores shows the store without
+    // a run queue.
+    let threads = env("LESSONS_WRITES_THREADS", 8).max(1);
     let scopes = (records_total / ACTIVE).max(1);
     // The system's temporary directory (`TMPDIR`): it must be on the disk measured, not tmpfs.
     let dir = tempfile::tempdir().expect("dir");
@@ -443,9 +445,9 @@ fn main() {
         steal.since()
     );
     let steal = Steal::now();
-    let (busy50, busy99) = floor_beside(dir.path(), SINGLE_WRITES, THREADS);
+    let (busy50, busy99) = floor_beside(dir.path(), SINGLE_WRITES, threads);
     println!(
-        "| the floor beside {THREADS} threads busy on the CPU, p50 / p99 (p99 ÷ p50) | {} / {} ({:.1}×) | | | {} |",
+        "| the floor beside {threads} threads busy on the CPU, p50 / p99 (p99 ÷ p50) | {} / {} ({:.1}×) | | | {} |",
         ms(busy50),
         ms(busy99),
         busy99.as_secs_f64() / busy50.as_secs_f64(),
@@ -487,16 +489,16 @@ fn main() {
     for round in ["the first after the load", "the next (steady)"] {
         let steal = Steal::now();
         let before = st.lessons.upkeep().journal_syncs;
-        let (ours_rate, ours) = drive(THREADS, scopes, phase, lessons_op(&st));
+        let (ours_rate, ours) = drive(threads, scopes, phase, lessons_op(&st));
         syncs = st.lessons.upkeep().journal_syncs.since(&before);
         let ours_steal = steal.since();
         let steal = Steal::now();
-        let (base_rate, base) = drive(THREADS, scopes, phase, sqlite_op(&st));
+        let (base_rate, base) = drive(threads, scopes, phase, sqlite_op(&st));
         let base_steal = steal.since();
         let (o50, o99) = p50_p99(ours.iter().map(|s| s.0).collect());
         let (b50, b99) = p50_p99(base.iter().map(|s| s.0).collect());
         println!(
-            "| {THREADS} writers at {records_total} records ({scopes} scopes), {seconds} s, {round}: rate | {ours_rate:.0}/s | {base_rate:.0}/s | {:.2}× | {ours_steal} / {base_steal} |",
+            "| {threads} writers at {records_total} records ({scopes} scopes), {seconds} s, {round}: rate | {ours_rate:.0}/s | {base_rate:.0}/s | {:.2}× | {ours_steal} / {base_steal} |",
             ours_rate / base_rate
         );
         println!(
@@ -533,7 +535,7 @@ fn main() {
     let median: Vec<&WritePhases> =
         phases[mid.saturating_sub(50)..(mid + 50).min(phases.len())].to_vec();
     println!(
-        "\nWhere lessons' writes spent their time, {THREADS} writers at {records_total} records, the steady round: the {} writes above p95 ({}) beside the 100 around p50\n",
+        "\nWhere lessons' writes spent their time, {threads} writers at {records_total} records, the steady round: the {} writes above p95 ({}) beside the 100 around p50\n",
         slow.len(),
         ms(p95)
     );
@@ -580,7 +582,7 @@ fn main() {
     let half = phase / 2;
     let steal = Steal::now();
     let (ours_rate, ours_reads) = drive_beside(
-        THREADS,
+        threads,
         READERS,
         scopes,
         half,
@@ -590,7 +592,7 @@ fn main() {
     let ours_steal = steal.since();
     let steal = Steal::now();
     let (base_rate, base_reads) = drive_beside(
-        THREADS,
+        threads,
         READERS,
         scopes,
         half,
@@ -601,7 +603,7 @@ fn main() {
     let (o50, o99) = p50_p99(ours_reads);
     let (b50, b99) = p50_p99(base_reads);
     println!(
-        "\nRetrieves beside the writes: {READERS} threads retrieving (400-token brief, limit 8, use recorded) beside {THREADS} writers, {records_total} records, {} s\n",
+        "\nRetrieves beside the writes: {READERS} threads retrieving (400-token brief, limit 8, use recorded) beside {threads} writers, {records_total} records, {} s\n",
         half.as_secs()
     );
     println!("| row | lessons | SQLite | lessons ÷ SQLite | steal |");
