@@ -226,7 +226,7 @@ fn upkeep_gauges(out: &mut String, upkeep: Option<crate::store::Upkeep>) {
         (
             "lessons_journal_fsync_seconds_total",
             "counter",
-            "Time spent in those fsyncs: the disk's part of the durable writes' wait.",
+            "Time spent in those fsyncs by the thread that ran each: the disk's answer and, on a busy machine, the wait for a CPU after it.",
             u.journal_syncs.total().as_secs_f64(),
         ),
     ] {

@@ -317,8 +317,9 @@ impl SyncClock {
 }
 
 /// How long the journal's group fsyncs took since the store opened: those durable writes wait
-/// on (one fsync makes every batch appended before it durable, so this is the disk's part of
-/// a durable write's wait) and those an index commit makes first.
+/// on (one fsync makes every batch appended before it durable) and those an index commit makes
+/// first. Each is the syncing thread's wall clock around `fdatasync`: the disk's answer plus,
+/// on a busy machine, the wait for a CPU once the disk has answered, which can be most of it.
 /// Durations are kept in buckets, each within 25% of its start; subtract an earlier reading
 /// ([`since`](Self::since)) for an interval.
 #[derive(Clone, Default, PartialEq, Eq)]

@@ -111,7 +111,8 @@ pub struct Upkeep {
     /// Retrieves' use bumps applied in memory and not yet committed to the records.
     pub uses_waiting: u64,
     /// The journal's group fsyncs since the store opened (the durable writes' and the index
-    /// commits'), by duration: what the disk added to the durable writes' wait.
+    /// commits'), by duration as the syncing thread saw it: the disk's answer and any wait
+    /// for a CPU after it.
     pub journal_syncs: SyncTimes,
 }
 
