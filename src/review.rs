@@ -146,6 +146,27 @@ pub fn review(
     now: i64,
     thresholds: &Thresholds,
 ) -> Result<Review> {
+    let mut scopes = Vec::new();
+    let mut out = review_each(store, days, scope, now, thresholds, &mut |s| {
+        scopes.push(s);
+        Ok(())
+    })?;
+    out.scopes = scopes;
+    Ok(out)
+}
+
+/// [`review`], each scope's review handed to `each` as soon as it is made and not kept: the
+/// returned review's `scopes` is empty, its other fields whole. A review of hundreds of scopes
+/// is written out this way without holding them all (`POST /review`). An error from `each`
+/// ends the review with it.
+pub fn review_each(
+    store: &dyn MemoryStore,
+    days: u32,
+    scope: Option<&ScopeKey>,
+    now: i64,
+    thresholds: &Thresholds,
+    each: &mut dyn FnMut(ScopeReview) -> Result<()>,
+) -> Result<Review> {
     let days = days.clamp(1, 3650);
     let today = day_of(now);
     let first = today - i64::from(days) + 1;
@@ -176,7 +197,7 @@ pub fn review(
         for sig in r.signals.iter().filter(|sig| sig.fired) {
             out.fired.push(format!("{}: {}", s, sig.name));
         }
-        out.scopes.push(r);
+        each(r)?;
     }
     Ok(out)
 }

@@ -16,7 +16,7 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::answer::{json_response, Answer, Refusal};
+use super::answer::{json_response, Answer, JsonPieces, Refusal};
 use super::auth::{authorize, Token};
 use super::metrics::metrics_response;
 use super::wire::Body;
@@ -267,7 +267,7 @@ impl Drop for ExportSlot {
 
 /// `/export` as a stream: `{"records":[` then each record as it is read, then `]}`. The records
 /// are read on a thread of their own from one snapshot and handed over through a bounded
-/// channel, so a slow reader holds a few chunks of memory and no store thread, and writes go
+/// channel, so a slow reader holds a few pieces of memory and no store thread, and writes go
 /// on. A reader that goes away stops the export.
 fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
     let slot = ExportSlot::take(state).ok_or_else(|| {
@@ -282,24 +282,24 @@ fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
         .spawn(move || {
             yield_to_runs();
             let store = Arc::clone(&slot.0.store);
-            let mut out = JsonArrays {
-                chunk: Vec::with_capacity(CHUNK),
-                first: true,
-                tx: &tx,
-            };
-            out.chunk.extend_from_slice(b"{\"records\":[");
-            let result = store.export(&mut |r| out.push(&r)).and_then(|()| {
-                // Then the decision journal, in the same answer.
-                out.chunk.extend_from_slice(b"],\"decisions\":[");
-                out.first = true;
-                store.export_decisions(&mut |d| out.push(&d))
+            let mut out = JsonPieces::new(|piece| {
+                tx.blocking_send(Ok(piece))
+                    .map_err(|_| crate::error::Error::invalid("the reader went away"))
             });
-            let mut chunk = out.chunk;
+            out.raw("{\"records\":[");
+            let result = store
+                .export(&mut |r| out.push(&r))
+                .and_then(|()| {
+                    // Then the decision journal, in the same answer.
+                    out.raw("],\"decisions\":[");
+                    store.export_decisions(&mut |d| out.push(&d))
+                })
+                .and_then(|()| {
+                    out.raw("]}");
+                    out.finish()
+                });
             match result {
-                Ok(()) => {
-                    chunk.extend_from_slice(b"]}");
-                    let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
-                }
+                Ok(()) => {}
                 Err(e) if e.is_invalid() => {}
                 Err(e) => {
                     // The status is sent already: cut the body so the reader sees it incomplete.
@@ -339,36 +339,6 @@ fn yield_to_runs() {
         rustix::process::setpriority_process(Some(rustix::thread::gettid()), EXPORT_NICE)
     {
         log::debug!("[http] /export runs at the default priority: {e}");
-    }
-}
-
-const CHUNK: usize = 64 * 1024;
-
-/// Comma-separated JSON values written into chunks, each full chunk handed to the channel
-/// (blocking while the reader is slow: that is the bound on memory).
-struct JsonArrays<'a> {
-    chunk: Vec<u8>,
-    first: bool,
-    tx: &'a tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
-}
-
-impl JsonArrays<'_> {
-    fn push(&mut self, value: &impl serde::Serialize) -> crate::error::Result<()> {
-        if !self.first {
-            self.chunk.push(b',');
-        }
-        self.first = false;
-        let json =
-            serde_json::to_string(value).map_err(|e| crate::error::Error::format(e.to_string()))?;
-        self.chunk
-            .extend_from_slice(crate::json::restore_lone(json).as_bytes());
-        if self.chunk.len() >= CHUNK {
-            let full = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK));
-            self.tx
-                .blocking_send(Ok(Bytes::from(full)))
-                .map_err(|_| crate::error::Error::invalid("the reader went away"))?;
-        }
-        Ok(())
     }
 }
 

@@ -228,7 +228,7 @@ impl Lessons {
         match done {
             Some(Ok((text, log))) => {
                 log::debug!("[mcp] {path} {log}");
-                Ok(Ok(text))
+                Ok(Ok(text.into_string()))
             }
             Some(Err(refusal)) => Ok(Err(refusal.reason().to_owned())),
             None => Err(ErrorData::internal_error("the request was cancelled", None)),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::answer::{json_text, Refusal};
+use super::answer::{json_text, JsonPieces, JsonText, Refusal};
 use super::wire::Body;
 use super::AppState;
 use crate::contract::{
@@ -28,8 +28,12 @@ pub(super) fn execute(
     state: &AppState,
     path: &str,
     body: Body,
-) -> Result<(String, String), Refusal> {
-    match answer(state, body) {
+) -> Result<(JsonText, String), Refusal> {
+    let answered = match body {
+        Body::Review { days, scope } => review(state, days, scope.as_ref()).map(Some),
+        body => answer(state, body).map(|a| a.map(|(text, log)| (JsonText::Whole(text), log))),
+    };
+    match answered {
         Ok(Some(answered)) => Ok(answered),
         Ok(None) => Err(Refusal::bug(&format!(
             "{path} reached the routes that answer whole"
@@ -38,7 +42,42 @@ pub(super) fn execute(
     }
 }
 
-/// The answer of every route but `/export` (`None`: a body this does not answer). Each
+/// `/review`: each scope's review written out as it is made and dropped, in pieces, so a
+/// review of hundreds of scopes costs per scope what one of tens does. The review's other
+/// fields are the serialized review's own (with no scopes) around them: one declaration of the
+/// answer's shape.
+fn review(
+    state: &AppState,
+    days: u32,
+    scope: Option<&crate::model::ScopeKey>,
+) -> crate::error::Result<(JsonText, String)> {
+    let store = state.store.as_ref();
+    let mut pieces = Vec::new();
+    let mut out = JsonPieces::new(|piece| {
+        pieces.push(piece);
+        Ok(())
+    });
+    let r = crate::review::review_each(store, days, scope, store.now(), &state.review, &mut |s| {
+        out.push(&s)
+    })?;
+    let around = json_text(&r)?;
+    let (head, tail) = around
+        .split_once(EMPTY_SCOPES)
+        .ok_or_else(|| crate::error::Error::format("the review's answer has no scopes field"))?;
+    out.raw(&format!("]{tail}"));
+    out.finish()?;
+    pieces.insert(
+        0,
+        format!("{head}{}", &EMPTY_SCOPES[..EMPTY_SCOPES.len() - 1]).into(),
+    );
+    let log = format!("days={days} fired={}", r.fired.len());
+    Ok((JsonText::Pieces(pieces), log))
+}
+
+/// The scopes field of a review whose scopes were written apart.
+const EMPTY_SCOPES: &str = "\"scopes\":[]";
+
+/// The answer of every route but `/export` and `/review` (`None`: a body this does not answer). Each
 /// answers with its typed contract body, serialized straight to text so every number keeps
 /// the form JavaScript prints.
 fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, String)>> {
@@ -124,11 +163,6 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
             let decisions = store.decisions(&scope, &query)?;
             let log = format!("{scope} decisions={}", decisions.len());
             (json_text(&JournalAnswer { decisions })?, log)
-        }
-        Body::Review { days, scope } => {
-            let r = crate::review::review(store, days, scope.as_ref(), store.now(), &state.review)?;
-            let log = format!("days={days} fired={}", r.fired.len());
-            (json_text(&r)?, log)
         }
         Body::Window { scope } => {
             let records = store.window(&scope, state.context.repo_window.max(1))?;
@@ -224,7 +258,92 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
             log::info!("{}", outcome.line());
             (json_text(&outcome)?, run.resource())
         }
-        // Streamed by the handler, never answered whole.
-        Body::Export => return Ok(None),
+        // Streamed by the handler, and written in pieces by `review`: never answered whole.
+        Body::Export | Body::Review { .. } => return Ok(None),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used, clippy::indexing_slicing)]
+    use std::sync::Arc;
+
+    use super::{execute, json_text, JsonText};
+    use crate::contract::PostRoute;
+    use crate::decisions::RejectedFact;
+    use crate::model::{Candidate, ScopeKey};
+    use crate::review::{review, Thresholds};
+    use crate::server::wire::Body;
+    use crate::server::{AppState, Auth};
+    use crate::store::{InMemoryStore, MemoryStore, WriteOptions};
+
+    const NOW: i64 = 1_764_374_400_000; // 2025-11-29
+
+    /// `POST /review` of `scope` (every scope when `None`) over `store`: the text and the log.
+    fn answer_review(store: &Arc<dyn MemoryStore>, scope: Option<ScopeKey>) -> (JsonText, String) {
+        let auth = Auth {
+            token: Some("t".into()),
+            read_token: None,
+            open: false,
+        };
+        let state = AppState::new(Arc::clone(store), auth, Default::default());
+        execute(
+            &state,
+            PostRoute::Review.path(),
+            Body::Review { days: 7, scope },
+        )
+        .map_err(|r| r.reason().to_owned())
+        .expect("answered")
+    }
+
+    /// The review written scope by scope, in pieces, is byte for byte the whole review's JSON
+    /// text: the fields around the scopes in their place, commas between them, a lone
+    /// surrogate written back as `\udXXX`, and no scope at all as `"scopes":[]`.
+    #[test]
+    fn the_review_in_pieces_is_the_whole_reviews_text() {
+        let model = InMemoryStore::with_clock(Arc::new(|| NOW));
+        // Enough scopes for several pieces; a rejected text holding a lone surrogate (U+D800,
+        // in the form a parsed body carries it).
+        let lone = "\u{FDD0}\u{FDE0}\u{FDE0}\u{FDE0}";
+        for i in 0..400 {
+            let scope = ScopeKey::parse(&format!("repo:acme/app{i}")).expect("scope");
+            let options = WriteOptions {
+                rejected: vec![RejectedFact {
+                    text: format!("pushed {i} at sha 3f9a2c1 {lone} with the tests green"),
+                    markers: vec!["sha".to_owned()],
+                }],
+                ..WriteOptions::default()
+            };
+            let lesson = Candidate::fact(format!("run the migrations first, app {i}"), "t");
+            model.write(&scope, &[lesson], &options).expect("write");
+        }
+        let store: Arc<dyn MemoryStore> = Arc::new(model);
+        let empty: Arc<dyn MemoryStore> = Arc::new(InMemoryStore::with_clock(Arc::new(|| NOW)));
+        let one = ScopeKey::parse("repo:acme/app7").expect("scope");
+        for (store, scope) in [(&store, None), (&store, Some(one)), (&empty, None)] {
+            let whole = review(
+                store.as_ref(),
+                7,
+                scope.as_ref(),
+                NOW,
+                &Thresholds::default(),
+            )
+            .expect("review");
+            let expected = json_text(&whole).expect("json");
+            let (text, log) = answer_review(store, scope);
+            let JsonText::Pieces(pieces) = &text else {
+                panic!("the review was answered whole");
+            };
+            if whole.scopes.len() > 1 {
+                assert!(pieces.len() > 2, "{} pieces", pieces.len());
+            }
+            assert_eq!(text.into_string(), expected);
+            assert_eq!(log, format!("days=7 fired={}", whole.fired.len()));
+            if whole.scopes.is_empty() {
+                assert!(expected.contains("\"scopes\":[]"), "{expected}");
+            } else {
+                assert!(expected.contains("\\ud800"), "{expected}");
+            }
+        }
+    }
 }
