@@ -130,8 +130,7 @@ pub(crate) fn review(cli: &Cli, args: &ReviewArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let v = serde_json::to_value(&review).map_err(|e| Failure::Usage(e.to_string()))?;
-        emit(&mut o, &v.to_string())?;
+        emit(&mut o, &super::to_json(&review)?)?;
     } else {
         for line in crate::review::render(&review).lines() {
             emit(&mut o, &super::printable(line))?;
