@@ -60,26 +60,24 @@ fn review(
     let r = crate::review::review_each(store, days, scope, store.now(), &state.review, &mut |s| {
         out.push(&s)
     })?;
+    // With no scopes, what follows the field's opening is `]` and the fields after it.
     let around = json_text(&r)?;
     let (head, tail) = around
-        .split_once(EMPTY_SCOPES)
+        .split_once(SCOPES_OPEN)
         .ok_or_else(|| crate::error::Error::format("the review's answer has no scopes field"))?;
-    out.raw(&format!("]{tail}"));
+    out.raw(tail);
     out.finish()?;
-    pieces.insert(
-        0,
-        format!("{head}{}", &EMPTY_SCOPES[..EMPTY_SCOPES.len() - 1]).into(),
-    );
+    pieces.insert(0, format!("{head}{SCOPES_OPEN}").into());
     let log = format!("days={days} fired={}", r.fired.len());
     Ok((JsonText::Pieces(pieces), log))
 }
 
-/// The scopes field of a review whose scopes were written apart.
-const EMPTY_SCOPES: &str = "\"scopes\":[]";
+/// The opening of a review's scopes field, where the scopes written apart go.
+const SCOPES_OPEN: &str = "\"scopes\":[";
 
-/// The answer of every route but `/export` and `/review` (`None`: a body this does not answer). Each
-/// answers with its typed contract body, serialized straight to text so every number keeps
-/// the form JavaScript prints.
+/// The answer of every route but `/export` and `/review` (`None`: a body this does not
+/// answer). Each answers with its typed contract body, serialized straight to text so every
+/// number keeps the form JavaScript prints.
 fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, String)>> {
     let store = state.store.as_ref();
     Ok(Some(match body {
