@@ -19,7 +19,8 @@
 //!
 //! Timed: `review` over every scope and the last 7 days, in process (what `lessons review`
 //! runs after it opens the store) and as `POST /review` on a server over the same store, each
-//! 11 times after one warm-up; p50 and the slowest. The three stores are open together and
+//! 11 times after one warm-up (`LESSONS_REVIEW_RUNS=N` for N); p50 and the slowest, and each
+//! p50 over the first row's in the same column. The three stores are open together and
 //! reviewed in turn, a round at a time, so the ratios compare reviews taken in the same
 //! minutes. The repeats are warm: the block cache and each scope's gate mark are kept from the
 //! review before, and no writes come between reviews. Building the stores takes a minute.
@@ -49,7 +50,15 @@ use support::{records, text, vocabulary, Rng, NOW};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const DAY: i64 = 86_400_000;
-const RUNS: usize = 11;
+/// Timed reviews of each store, in process and over HTTP (`LESSONS_REVIEW_RUNS`, default 11):
+/// more of them give a profiler a long enough sample of the reviews alone.
+fn runs() -> usize {
+    std::env::var("LESSONS_REVIEW_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(11)
+}
 
 /// A journal entry of `scope` at `time`, of an event drawn as a busy repository's are.
 fn entry(rng: &mut Rng, words: &[&str], scope: &ScopeKey, time: i64, seq: u64) -> Decision {
@@ -207,7 +216,7 @@ fn main() {
     // round, so the machine's drift over the minutes they take falls on every store alike.
     let first: Vec<Duration> = stores.iter().map(|s| review_once(s.as_ref())).collect();
     let mut local = vec![Vec::new(); stores.len()];
-    for round in 0..=RUNS {
+    for round in 0..=runs() {
         for (store, samples) in stores.iter().zip(&mut local) {
             let took = review_once(store.as_ref());
             if round > 0 {
@@ -237,7 +246,7 @@ fn main() {
         .build()
         .into();
     let mut http = vec![Vec::new(); stores.len()];
-    for round in 0..=RUNS {
+    for round in 0..=runs() {
         for (server, samples) in servers.iter().zip(&mut http) {
             let took = post_once(&agent, server, token);
             if round > 0 {
@@ -245,21 +254,22 @@ fn main() {
             }
         }
     }
-    println!("| store | first review (reads every fact) | review in process p50 (slowest) | `POST /review` p50 (slowest) | p50 ÷ the first row |");
+    println!("| store | first review (reads every fact) | review in process p50 (slowest) | `POST /review` p50 (slowest) | p50 ÷ the first row's: in process / HTTP |");
     println!("|---|---|---|---|---|");
     let mut base = None;
     for (i, (scopes, journal)) in shapes.into_iter().enumerate() {
         let (l50, lmax) = p50_max(local[i].clone());
         let (h50, hmax) = p50_max(http[i].clone());
-        let base = *base.get_or_insert(l50);
+        let (lbase, hbase) = *base.get_or_insert((l50, h50));
         println!(
-            "| {scopes} scopes × {journal} entries | {} | {} ({}) | {} ({}) | {:.2}× |",
+            "| {scopes} scopes × {journal} entries | {} | {} ({}) | {} ({}) | {:.2}× / {:.2}× |",
             ms(first[i]),
             ms(l50),
             ms(lmax),
             ms(h50),
             ms(hmax),
-            l50.as_secs_f64() / base.as_secs_f64()
+            l50.as_secs_f64() / lbase.as_secs_f64(),
+            h50.as_secs_f64() / hbase.as_secs_f64()
         );
     }
 }
