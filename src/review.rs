@@ -130,10 +130,28 @@ pub struct Review {
 }
 
 impl Review {
+    /// The review of the last `days` days (clamped to 1..=3650, today included) as of `now`
+    /// before any scope is reviewed: its period, no scopes, nothing fired. [`review_each`]
+    /// starts from it, so a writer of the answer can send its opening first.
+    pub fn opening(days: u32, now: i64) -> Review {
+        let days = days.clamp(1, 3650);
+        Review {
+            since: format_day(first_day(days, now)),
+            days,
+            scopes: Vec::new(),
+            fired: Vec::new(),
+        }
+    }
+
     /// Whether any signal fired (`lessons review` exits 1).
     pub fn fired(&self) -> bool {
         !self.fired.is_empty()
     }
+}
+
+/// The first day (days since the epoch) of the last `days` days as of `now`, today included.
+fn first_day(days: u32, now: i64) -> i64 {
+    day_of(now) - i64::from(days) + 1
 }
 
 const SAMPLES: usize = 20;
@@ -167,9 +185,9 @@ pub fn review_each(
     thresholds: &Thresholds,
     each: &mut dyn FnMut(ScopeReview) -> Result<()>,
 ) -> Result<Review> {
-    let days = days.clamp(1, 3650);
-    let today = day_of(now);
-    let first = today - i64::from(days) + 1;
+    let mut out = Review::opening(days, now);
+    let days = out.days;
+    let first = first_day(days, now);
     let since_ms = first.saturating_mul(crate::time::DAY_MS);
     let mut totals: BTreeMap<ScopeKey, DayCounters> = BTreeMap::new();
     for d in store.stats(first)? {
@@ -184,12 +202,6 @@ pub fn review_each(
             all.extend(totals.keys().cloned());
             all.into_iter().collect()
         }
-    };
-    let mut out = Review {
-        since: format_day(first),
-        days,
-        scopes: Vec::new(),
-        fired: Vec::new(),
     };
     for s in scopes {
         let counters = totals.get(&s).cloned().unwrap_or_default();

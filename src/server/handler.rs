@@ -16,7 +16,7 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::answer::{json_response, Answer, JsonPieces, Refusal};
+use super::answer::{json_response, Answer, JsonPieces, JsonText, Refusal};
 use super::auth::{authorize, Token};
 use super::metrics::metrics_response;
 use super::wire::Body;
@@ -114,6 +114,7 @@ async fn dispatch(
     let body = super::wire::parse(route, &value).map_err(Refusal::bad_request)?;
     match body {
         Body::Export => export(state),
+        Body::Review { days, scope } => review(state, days, scope).await,
         body => run(state, route, body).await,
     }
 }
@@ -237,6 +238,90 @@ async fn run(state: &Arc<AppState>, route: PostRoute, body: Body) -> Result<Answ
         Some(Ok((text, log))) => Ok(Answer::json(text, Some(log))),
         Some(Err(refusal)) => Err(refusal),
         None => Err(Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request was cancelled",
+        )),
+    }
+}
+
+/// How a review's answer begins: whole (it fit in one piece, so its length is known and an
+/// error is still a clean refusal), or as a stream whose later pieces come through the channel.
+enum ReviewStart {
+    Whole(JsonText, String),
+    Streaming,
+}
+
+/// `/review` on its lane's thread. An answer of one piece is sent whole, with its length; a
+/// larger one is sent as its pieces are made (the reader reads the first scopes while the
+/// last are reviewed, and the server holds a few pieces, not the whole answer). The status is
+/// decided at the second piece: an error before it is a refusal like any route's, one after
+/// it cuts the body (as `/export` does) so the reader sees it incomplete.
+async fn review(
+    state: &Arc<AppState>,
+    days: u32,
+    scope: Option<crate::model::ScopeKey>,
+) -> Result<Answer, Refusal> {
+    let (start, started) = tokio::sync::oneshot::channel::<Result<ReviewStart, Refusal>>();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let worker = Arc::clone(state);
+    let work = move || {
+        let path = PostRoute::Review.path();
+        let mut start = Some(start);
+        // The piece made last, held until the next shows the answer has more than one.
+        let mut held: Option<Bytes> = None;
+        let gone = || crate::error::Error::invalid("the reader went away");
+        let answered = super::routes::review(&worker, days, scope.as_ref(), &mut |piece| {
+            let Some(before) = held.replace(piece) else {
+                return Ok(());
+            };
+            if let Some(start) = start.take() {
+                start.send(Ok(ReviewStart::Streaming)).map_err(|_| gone())?;
+            }
+            tx.blocking_send(Ok(before)).map_err(|_| gone())
+        });
+        match (answered, start) {
+            (Ok(log), Some(start)) => {
+                let text = JsonText::Pieces(held.into_iter().collect());
+                let _ = start.send(Ok(ReviewStart::Whole(text, log)));
+            }
+            (Ok(_), None) => {
+                if let Some(last) = held {
+                    let _ = tx.blocking_send(Ok(last));
+                }
+            }
+            (Err(e), Some(start)) => {
+                let _ = start.send(Err(Refusal::of_store(&worker, path, e)));
+            }
+            (Err(e), None) if e.is_invalid() => {}
+            (Err(e), None) => {
+                log::error!("[http] /review failed: {e}");
+                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+            }
+        }
+    };
+    let lanes = Arc::clone(state);
+    tokio::spawn(async move {
+        lanes
+            .lanes
+            .call(super::lanes::Lane::of(PostRoute::Review), work)
+            .await
+    });
+    match started.await {
+        Ok(Ok(ReviewStart::Whole(text, log))) => Ok(Answer::json(text, Some(log))),
+        Ok(Ok(ReviewStart::Streaming)) => {
+            let response = (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                axum::body::Body::new(ChannelBody(rx)),
+            )
+                .into_response();
+            Ok(Answer::other(
+                response,
+                Some(format!("days={days} streaming")),
+            ))
+        }
+        Ok(Err(refusal)) => Err(refusal),
+        Err(_) => Err(Refusal::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the request was cancelled",
         )),

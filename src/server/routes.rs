@@ -1,8 +1,11 @@
 //! What each POST route does with its parsed body: the store call (on a blocking thread), and
 //! the answer as its [`crate::contract`] body's JSON text, with the log suffix of the request
-//! (a scope and counts, never text). `/export` streams from `handler` instead.
+//! (a scope and counts, never text). `/export` streams from `handler`; `/review` is written here
+//! into a sink, which `handler` sends whole or streams by its size.
 
 use std::sync::Arc;
+
+use axum::body::Bytes;
 
 use super::answer::{json_text, JsonPieces, JsonText, Refusal};
 use super::wire::Body;
@@ -30,7 +33,7 @@ pub(super) fn execute(
     body: Body,
 ) -> Result<(JsonText, String), Refusal> {
     let answered = match body {
-        Body::Review { days, scope } => review(state, days, scope.as_ref()).map(Some),
+        Body::Review { days, scope } => review_pieces(state, days, scope.as_ref()).map(Some),
         body => answer(state, body).map(|a| a.map(|(text, log)| (JsonText::Whole(text), log))),
     };
     match answered {
@@ -42,34 +45,55 @@ pub(super) fn execute(
     }
 }
 
-/// `/review`: each scope's review written out as it is made and dropped, in pieces, so a
-/// review of hundreds of scopes costs per scope what one of tens does. The review's other
-/// fields are the serialized review's own (with no scopes) around them: one declaration of the
-/// answer's shape.
-fn review(
+/// `/review` answered whole, in its pieces (the MCP tool; HTTP streams a large one, see
+/// [`review`]).
+fn review_pieces(
     state: &AppState,
     days: u32,
     scope: Option<&crate::model::ScopeKey>,
 ) -> crate::error::Result<(JsonText, String)> {
-    let store = state.store.as_ref();
     let mut pieces = Vec::new();
-    let mut out = JsonPieces::new(|piece| {
+    let log = review(state, days, scope, &mut |piece| {
         pieces.push(piece);
         Ok(())
-    });
-    let r = crate::review::review_each(store, days, scope, store.now(), &state.review, &mut |s| {
+    })?;
+    Ok((JsonText::Pieces(pieces), log))
+}
+
+/// `/review`: the answer's opening, then each scope's review written out as it is made and
+/// dropped, then the fields after the scopes, handed to `sink` in pieces of about 64 KiB, so a
+/// review of hundreds of scopes costs per scope what one of tens does and is sent while it is
+/// made. The fields around the scopes are the serialized review's own (with no scopes): one
+/// declaration of the answer's shape. The log suffix when done; an error from `sink` ends the
+/// review with it.
+pub(super) fn review(
+    state: &AppState,
+    days: u32,
+    scope: Option<&crate::model::ScopeKey>,
+    sink: &mut dyn FnMut(Bytes) -> crate::error::Result<()>,
+) -> crate::error::Result<String> {
+    let store = state.store.as_ref();
+    let now = store.now();
+    let mut out = JsonPieces::new(sink);
+    let (head, _) = around_scopes(&crate::review::Review::opening(days, now))?;
+    out.raw(&format!("{head}{SCOPES_OPEN}"));
+    let r = crate::review::review_each(store, days, scope, now, &state.review, &mut |s| {
         out.push(&s)
     })?;
     // With no scopes, what follows the field's opening is `]` and the fields after it.
-    let around = json_text(&r)?;
-    let (head, tail) = around
+    let (_, tail) = around_scopes(&r)?;
+    out.raw(&tail);
+    out.finish()?;
+    Ok(format!("days={days} fired={}", r.fired.len()))
+}
+
+/// A review's JSON text (its `scopes` empty) before and after the scopes field's opening.
+fn around_scopes(r: &crate::review::Review) -> crate::error::Result<(String, String)> {
+    let text = json_text(r)?;
+    let (head, tail) = text
         .split_once(SCOPES_OPEN)
         .ok_or_else(|| crate::error::Error::format("the review's answer has no scopes field"))?;
-    out.raw(tail);
-    out.finish()?;
-    pieces.insert(0, format!("{head}{SCOPES_OPEN}").into());
-    let log = format!("days={days} fired={}", r.fired.len());
-    Ok((JsonText::Pieces(pieces), log))
+    Ok((head.to_owned(), tail.to_owned()))
 }
 
 /// The opening of a review's scopes field, where the scopes written apart go.

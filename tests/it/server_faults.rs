@@ -670,3 +670,128 @@ fn close_succeeds_when_only_the_index_commit_fails() {
     );
     assert!(store.check().expect("doctor").is_ok());
 }
+
+/// A review larger than a piece is sent as it is made (no length, the pieces chunked), a small
+/// one whole with its length; a store error before the second piece is a 500 with its reason,
+/// and one after it cuts the body so the reader cannot take it for a whole answer.
+#[test]
+fn a_large_review_streams_a_small_one_is_whole_and_a_late_failure_cuts_the_body() {
+    /// Fails the decision journal's reads of one scope; everything else answers.
+    struct JournalFails(InMemoryStore, Option<ScopeKey>);
+    impl MemoryStore for JournalFails {
+        fn visit_decisions(
+            &self,
+            scope: &ScopeKey,
+            query: &lessons::DecisionQuery,
+            page: usize,
+            visit: &mut dyn FnMut(lessons::Decision) -> bool,
+        ) -> lessons::Result<()> {
+            if self.1.as_ref() == Some(scope) {
+                return Err(lessons::Error::new(
+                    ErrorKind::Storage,
+                    "reading the journal: Input/output error (os error 5)",
+                ));
+            }
+            self.0.visit_decisions(scope, query, page, visit)
+        }
+        crate::delegate_store!(
+            write,
+            list,
+            retrieve,
+            retrieve_marked,
+            forget,
+            sweep,
+            get,
+            scopes,
+            export,
+            import,
+            stats,
+            decisions,
+            export_decisions,
+            import_decisions,
+            active_count,
+            now
+        );
+    }
+    let scope = |i: usize| ScopeKey::parse(&format!("repo:acme/app{i:03}")).expect("scope");
+    let filled = || {
+        let store = InMemoryStore::new();
+        for i in 0..600 {
+            let lesson = fact(&format!("run the migrations before the tests of app {i}"));
+            store
+                .write(&scope(i), &[lesson], &WriteOptions::default())
+                .expect("write");
+        }
+        store
+    };
+    let serve = |store: JournalFails| {
+        let auth = Auth {
+            token: Some(TOKEN.to_owned()),
+            read_token: None,
+            open: false,
+        };
+        let state = AppState::new(Arc::new(store), auth, ContextConfig::default());
+        Background::start(state).expect("server")
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let review = |server: &Background, body: &str| {
+        let mut resp = agent
+            .post(format!("{}/review", server.url()))
+            .header("content-type", "application/json")
+            .header("authorization", &format!("Bearer {TOKEN}"))
+            .send(body.as_bytes())
+            .expect("answered");
+        let length = resp
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let status = resp.status().as_u16();
+        (status, length, resp.body_mut().read_to_string())
+    };
+
+    // Whole and streamed, the answer is the review's.
+    let store = filled();
+    let local = lessons::review::review(
+        &store,
+        7,
+        None,
+        store.now(),
+        &lessons::review::Thresholds::default(),
+    )
+    .expect("review");
+    let server = serve(JournalFails(store, None));
+    let (status, length, body) = review(&server, r#"{"days":7}"#);
+    let body = body.expect("the whole body");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.len() > 3 * 64 * 1024, "{} bytes", body.len());
+    assert_eq!(length, None, "a large review is streamed");
+    let answered: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answered, serde_json::to_value(&local).expect("json"));
+    let one = r#"{"days":7,"scopeKey":"repo:acme/app007"}"#;
+    let (status, length, body) = review(&server, one);
+    let body = body.expect("the whole body");
+    assert_eq!((status, length), (200, Some(body.len())), "{body}");
+    let answered: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answered["scopes"][0]["scopeKey"], "repo:acme/app007");
+    drop(server);
+
+    // A failure at the first scope: nothing was sent, so it is the refusal any route gives a
+    // store error (its details go to the log).
+    let server = serve(JournalFails(filled(), Some(scope(0))));
+    let (status, _, body) = review(&server, r#"{"days":7}"#);
+    let body = body.expect("the refusal's body");
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(body, r#"{"error":"the store failed; see the server log"}"#);
+    drop(server);
+
+    // A failure at the last scope, after pieces were sent: the body is cut.
+    let server = serve(JournalFails(filled(), Some(scope(599))));
+    let (status, length, body) = review(&server, r#"{"days":7}"#);
+    assert_eq!((status, length), (200, None));
+    // Without the chunked body's last chunk the reader's transfer fails, not just its parse.
+    assert!(body.is_err(), "a cut review read as a whole one");
+}
