@@ -69,7 +69,7 @@ pub(super) async fn metrics_response(state: &Arc<AppState>) -> Response {
             "lessons_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}\n"
         ));
     }
-    out.push_str("# HELP lessons_request_seconds Request latency by route.\n# TYPE lessons_request_seconds histogram\n");
+    out.push_str("# HELP lessons_request_seconds Request latency by route, to the answer's head (a streamed /export or /review goes on after it).\n# TYPE lessons_request_seconds histogram\n");
     for (route, counts, count, sum) in latency {
         for (bound, c) in BUCKETS.iter().zip(counts) {
             out.push_str(&format!(
