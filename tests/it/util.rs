@@ -170,11 +170,51 @@ pub fn start_serve(
     child
 }
 
-/// Delegates the named `MemoryStore` methods of a test double to its field `self.0`, so a double
-/// writes out only the methods it changes (and a new trait method is added here once).
+/// Delegates the named `MemoryStore` methods of a test double to its field `self.0` (or, as
+/// `delegate_store!(all but write)`, every method but one), so a double writes out only the
+/// methods it changes (and a new trait method is added here once).
 #[macro_export]
 macro_rules! delegate_store {
     ($($method:ident),* $(,)?) => { $( $crate::delegate_store!(@one $method); )* };
+    // Every method but the one the double writes itself. Listed once here, so a new trait
+    // method reaches every double.
+    (all but $skip:ident) => {
+        $crate::delegate_store!(@but $skip write);
+        $crate::delegate_store!(@but $skip list);
+        $crate::delegate_store!(@but $skip retrieve);
+        $crate::delegate_store!(@but $skip retrieve_marked);
+        $crate::delegate_store!(@but $skip forget);
+        $crate::delegate_store!(@but $skip sweep);
+        $crate::delegate_store!(@but $skip get);
+        $crate::delegate_store!(@but $skip scopes);
+        $crate::delegate_store!(@but $skip export);
+        $crate::delegate_store!(@but $skip import);
+        $crate::delegate_store!(@but $skip stats);
+        $crate::delegate_store!(@but $skip decisions);
+        $crate::delegate_store!(@but $skip export_decisions);
+        $crate::delegate_store!(@but $skip import_decisions);
+        $crate::delegate_store!(@but $skip visit_decisions);
+        $crate::delegate_store!(@but $skip now);
+        $crate::delegate_store!(@but $skip active_count);
+    };
+    (@but write write) => {};
+    (@but list list) => {};
+    (@but retrieve retrieve) => {};
+    (@but retrieve_marked retrieve_marked) => {};
+    (@but forget forget) => {};
+    (@but sweep sweep) => {};
+    (@but get get) => {};
+    (@but scopes scopes) => {};
+    (@but export export) => {};
+    (@but import import) => {};
+    (@but stats stats) => {};
+    (@but decisions decisions) => {};
+    (@but export_decisions export_decisions) => {};
+    (@but import_decisions import_decisions) => {};
+    (@but visit_decisions visit_decisions) => {};
+    (@but now now) => {};
+    (@but active_count active_count) => {};
+    (@but $skip:ident $method:ident) => { $crate::delegate_store!(@one $method); };
     (@one write) => {
         fn write(&self, s: &lessons::ScopeKey, c: &[lessons::Candidate], o: &lessons::WriteOptions)
             -> lessons::Result<lessons::WriteCounts> { self.0.write(s, c, o) }
