@@ -616,3 +616,56 @@ fn a_read_of_one_event_hides_what_lies_past_the_cap_before_any_prune() {
     assert_eq!(of_one[0].texts, ["PR 15 was merged"]);
     assert_eq!(of_one[9].texts, ["lesson 6"]);
 }
+
+/// Between the pruner's rounds a counted scope holds up to a sixteenth more entries than its
+/// cap. A read of some events shows only what the read of every event shows (the cap's newest),
+/// of those events: after every write, with the pruner running between them.
+#[test]
+fn a_read_of_some_events_shows_the_caps_newest_between_prunes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, clock) = settable_clock();
+    let store = EmbeddedStore::builder()
+        .clock(clock)
+        .journal(2, 32)
+        .index_commit(1, std::time::Duration::from_millis(5))
+        .open(dir.path())
+        .expect("open");
+    let s = scope("repo:acme/app");
+    let all = DecisionQuery {
+        limit: 1000,
+        ..DecisionQuery::default()
+    };
+    for i in 0..120 {
+        // An insert each write, and a rejection every third.
+        let rejected = (i % 3 == 0)
+            .then(|| lessons::decisions::RejectedFact {
+                text: format!("pushed {i} at sha 3f9a2c1"),
+                markers: vec!["sha".to_owned()],
+            })
+            .into_iter()
+            .collect();
+        let options = WriteOptions {
+            rejected,
+            ..WriteOptions::default()
+        };
+        store
+            .write(&s, &[Candidate::fact(format!("lesson {i}"), "t")], &options)
+            .expect("write");
+        if i % 7 == 0 {
+            // Let a pruning round or two pass.
+            std::thread::sleep(std::time::Duration::from_millis(15));
+        }
+        let shown = store.decisions(&s, &all).expect("read");
+        assert!(shown.len() <= 32, "{} shown", shown.len());
+        for event in [DecisionEvent::Inserted, DecisionEvent::Rejected] {
+            let of_one = DecisionQuery {
+                events: vec![event],
+                ..all.clone()
+            };
+            let expected: Vec<_> = shown.iter().filter(|d| d.event == event).cloned().collect();
+            let read = store.decisions(&s, &of_one).expect("read");
+            assert_eq!(read, expected, "write {i}, {event:?}");
+        }
+    }
+    store.close().expect("close");
+}
