@@ -262,22 +262,23 @@ async fn review(
     scope: Option<crate::model::ScopeKey>,
 ) -> Result<Answer, Refusal> {
     let (start, started) = tokio::sync::oneshot::channel::<Result<ReviewStart, Refusal>>();
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let (stream, body) = Stream::open();
     let worker = Arc::clone(state);
     let work = move || {
         let path = PostRoute::Review.path();
         let mut start = Some(start);
         // The piece made last, held until the next shows the answer has more than one.
         let mut held: Option<Bytes> = None;
-        let gone = || crate::error::Error::invalid("the reader went away");
         let answered = super::routes::review(&worker, days, scope.as_ref(), &mut |piece| {
             let Some(before) = held.replace(piece) else {
                 return Ok(());
             };
             if let Some(start) = start.take() {
-                start.send(Ok(ReviewStart::Streaming)).map_err(|_| gone())?;
+                start
+                    .send(Ok(ReviewStart::Streaming))
+                    .map_err(|_| Stream::gone())?;
             }
-            tx.blocking_send(Ok(before)).map_err(|_| gone())
+            stream.send(before)
         });
         match (answered, start) {
             (Ok(log), Some(start)) => {
@@ -286,17 +287,14 @@ async fn review(
             }
             (Ok(_), None) => {
                 if let Some(last) = held {
-                    let _ = tx.blocking_send(Ok(last));
+                    // Nobody to tell if the reader has gone.
+                    let _ = stream.send(last);
                 }
             }
             (Err(e), Some(start)) => {
                 let _ = start.send(Err(Refusal::of_store(&worker, path, e)));
             }
-            (Err(e), None) if e.is_invalid() => {}
-            (Err(e), None) => {
-                log::error!("[http] /review failed: {e}");
-                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-            }
+            (Err(e), None) => stream.cut(path, &e),
         }
     };
     let lanes = Arc::clone(state);
@@ -308,18 +306,10 @@ async fn review(
     });
     match started.await {
         Ok(Ok(ReviewStart::Whole(text, log))) => Ok(Answer::json(text, Some(log))),
-        Ok(Ok(ReviewStart::Streaming)) => {
-            let response = (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                axum::body::Body::new(ChannelBody(rx)),
-            )
-                .into_response();
-            Ok(Answer::other(
-                response,
-                Some(format!("days={days} streaming")),
-            ))
-        }
+        Ok(Ok(ReviewStart::Streaming)) => Ok(Answer::other(
+            body.response(),
+            Some(format!("days={days} streaming")),
+        )),
         Ok(Err(refusal)) => Err(refusal),
         Err(_) => Err(Refusal::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -361,16 +351,13 @@ fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
             "too many exports are running; try again when one has finished",
         )
     })?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let (stream, body) = Stream::open();
     std::thread::Builder::new()
         .name("lessons-export".into())
         .spawn(move || {
             yield_to_runs();
             let store = Arc::clone(&slot.0.store);
-            let mut out = JsonPieces::new(|piece| {
-                tx.blocking_send(Ok(piece))
-                    .map_err(|_| crate::error::Error::invalid("the reader went away"))
-            });
+            let mut out = JsonPieces::new(|piece| stream.send(piece));
             out.raw("{\"records\":[");
             let result = store
                 .export(&mut |r| out.push(&r))
@@ -383,14 +370,8 @@ fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
                     out.raw("]}");
                     out.finish()
                 });
-            match result {
-                Ok(()) => {}
-                Err(e) if e.is_invalid() => {}
-                Err(e) => {
-                    // The status is sent already: cut the body so the reader sees it incomplete.
-                    log::error!("[http] /export failed: {e}");
-                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                }
+            if let Err(e) = result {
+                stream.cut(PostRoute::Export.path(), &e);
             }
             drop(slot);
         })
@@ -400,14 +381,7 @@ fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
                 "could not start the export thread",
             )
         })?;
-    let body = axum::body::Body::new(ChannelBody(rx));
-    let response = (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response();
-    Ok(Answer::other(response, Some("streaming".to_owned())))
+    Ok(Answer::other(body.response(), Some("streaming".to_owned())))
 }
 
 /// The export thread's nice value: a full export (every record and decision a store ever held,
@@ -427,8 +401,54 @@ fn yield_to_runs() {
     }
 }
 
-/// A response body fed by a channel.
+/// The writing end of a streamed answer (`/export`, a large `/review`), on the thread that
+/// makes it: a few pieces are buffered, and a writer whose reader has gone away is told so.
+struct Stream(tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>);
+
+impl Stream {
+    /// A stream and the body that sends what it is handed.
+    fn open() -> (Stream, ChannelBody) {
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        (Stream(tx), ChannelBody(rx))
+    }
+
+    /// The error a writer stops with when its reader has gone away.
+    fn gone() -> crate::error::Error {
+        crate::error::Error::invalid("the reader went away")
+    }
+
+    /// Hands `piece` on, waiting while the buffer is full.
+    fn send(&self, piece: Bytes) -> crate::error::Result<()> {
+        self.0.blocking_send(Ok(piece)).map_err(|_| Stream::gone())
+    }
+
+    /// Ends an answer that failed after its status was sent: the error cuts the body (no last
+    /// chunk), so the reader sees it incomplete, and is logged, unless the reader went away.
+    fn cut(&self, path: &str, e: &crate::error::Error) {
+        if self.0.is_closed() {
+            return;
+        }
+        log::error!("[http] {path} failed: {e}");
+        let _ = self
+            .0
+            .blocking_send(Err(std::io::Error::other(e.to_string())));
+    }
+}
+
+/// A response body fed by a [`Stream`].
 struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl ChannelBody {
+    /// A 200 whose JSON body is what the stream is handed.
+    fn response(self) -> Response {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            axum::body::Body::new(self),
+        )
+            .into_response()
+    }
+}
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
