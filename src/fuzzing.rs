@@ -68,7 +68,9 @@ pub fn reflection(data: &[u8]) {
 }
 
 /// `v` with every string and key out of the decoder's carried form, as text is stored: each
-/// lone surrogate as three U+FFFD, a literal U+FDD0 as itself.
+/// lone surrogate as three U+FFFD, a literal U+FDD0 as itself. Walked on the value, not
+/// through `restore_lone` on its text: serde_json's text round trip of a float can move its
+/// last digit.
 fn uncarried(v: &serde_json::Value) -> serde_json::Value {
     use crate::json::lone::as_stored_text;
     use serde_json::Value;
