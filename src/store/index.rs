@@ -18,7 +18,7 @@
 //! **Invariant:** only this module knows tantivy.
 //! **Invariant:** the index can always be rebuilt from the records ([`KeywordIndex::rebuild`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 use tantivy::directory::MmapDirectory;
@@ -67,6 +67,12 @@ pub enum IndexOp {
 
 /// The tantivy index of active records.
 pub struct KeywordIndex {
+    /// The index's directory, synced after every commit: tantivy renames `meta.json` into
+    /// place without syncing the directory (0.27, `save_metas` in
+    /// `indexer/segment_updater.rs` syncs it *before* the rename), so a commit would not
+    /// survive a power cut until some later sync. The outbox is trimmed after a commit, so an
+    /// index that came back older than its commit would miss changes nothing replays.
+    dir: PathBuf,
     reader: IndexReader,
     /// `None` once [`KeywordIndex::finish`] has waited for the writer's merges.
     writer: Mutex<Option<IndexWriter>>,
@@ -174,8 +180,7 @@ impl KeywordIndex {
     }
 
     fn try_open(dir: &Path) -> Result<Opened> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        crate::store::durable::create_dir(dir)?;
         remove_orphans(dir)?;
         let (schema, [f_id, f_seq, f_len, f_body]) = schema();
         let directory =
@@ -199,8 +204,10 @@ impl KeywordIndex {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
             .map_err(|e| index_err("opening the index reader", e))?;
+        crate::store::durable::sync_dir(dir)?;
         Ok(Opened {
             index: KeywordIndex {
+                dir: dir.to_owned(),
                 reader,
                 writer: Mutex::new(Some(writer)),
                 f_id,
@@ -259,6 +266,7 @@ impl KeywordIndex {
             .commit()
             .map_err(|e| index_err("committing the index", e))?;
         drop(guard);
+        crate::store::durable::sync_dir(&self.dir)?;
         self.reader
             .reload()
             .map_err(|e| index_err("reloading the index reader", e))

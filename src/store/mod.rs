@@ -8,10 +8,11 @@
 //! **Invariant:** only this module knows key encodings and fjall.
 
 pub(crate) mod codec;
+mod durable;
 pub(crate) mod embedded;
 pub(crate) mod engine;
+mod fjall_files;
 pub(crate) mod index;
-mod journal;
 mod memory;
 pub(crate) mod plan;
 mod salvage;

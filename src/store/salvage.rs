@@ -24,7 +24,7 @@ use fjall::{Database, KeyspaceCreateOptions};
 
 use super::codec;
 use super::embedded::NextIds;
-use super::journal::{self, VALUE_TYPE_VALUE};
+use super::fjall_files::{self as journal, VALUE_TYPE_VALUE};
 use super::{EmbeddedStore, MemoryStore};
 use crate::decisions::Decision;
 use crate::error::{Error, ErrorKind, Result};
@@ -67,16 +67,6 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     let work = to.join(".salvage-work");
     let work_records = work.join("records");
     copy_dir(&records, &work_records)?;
-    // fjall opens an existing database only through its lock file, which the copy leaves out,
-    // and recovers (rather than creates) only when its version marker is whole: fjall 3's is
-    // its magic bytes and format version 3.
-    std::fs::write(work_records.join("lock"), [])
-        .map_err(|e| Error::io("creating the work copy's lock file", e))?;
-    let marker = work_records.join("version");
-    if !std::fs::metadata(&marker).is_ok_and(|m| m.len() >= 4) {
-        std::fs::write(&marker, b"FJL\x03")
-            .map_err(|e| Error::io("writing the work copy's version marker", e))?;
-    }
 
     let mut report = SalvageReport::default();
     // An unreadable witness names nothing: salvage reads around damage, it does not stop at it.
@@ -211,11 +201,7 @@ fn read_journals(
 ) -> Result<Vec<journal::Batch>> {
     let mut from_journal: Vec<journal::Batch> = Vec::new();
     let journals = journal::journal_files(work_records)?;
-    if journals.is_empty() {
-        report.journal_missing = true;
-        std::fs::write(work_records.join("0.jnl"), [])
-            .map_err(|e| Error::io("creating an empty journal in the work copy", e))?;
-    }
+    report.journal_missing = journal::make_openable(work_records)?;
     for (_, path) in &journals {
         let scan = journal::scan_file(path, true)?;
         from_journal.extend(scan.batches);
@@ -227,12 +213,7 @@ fn read_journals(
                     .display()
                     .to_string(),
             );
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-            f.set_len(d.at)
-                .map_err(|e| Error::io(format!("cutting {}", path.display()), e))?;
+            journal::cut_journal(path, d.at)?;
             from_journal.extend(d.later);
         }
     }

@@ -461,7 +461,7 @@ pub(super) fn accept_loss(s: &Shared) -> Result<Vec<String>> {
     s.group.append_durably(batch, "accepting the loss")?;
     // The bookkeeping changed outside the write path: what memory holds is read again.
     s.scopes.reset_all();
-    s.witness.loss_accepted();
+    s.witness.loss_accepted()?;
     log::warn!(
         "[store] accepted the loss of {} acknowledged record(s); their ids are never handed out again",
         lost.len()

@@ -20,6 +20,7 @@ use super::phases::{self, Phase};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::codec;
 use crate::store::engine::st;
+use crate::store::fjall_files;
 
 /// A journal position to wait on for durability (`None`: the store does not fsync writes).
 #[must_use]
@@ -411,7 +412,7 @@ impl ActiveJournal {
     fn current(&mut self) -> Result<(u64, Arc<std::fs::File>)> {
         if let Some((id, file)) = &self.open {
             // One stat per fsync: a rotation creates exactly the next number.
-            let next = self.records.join(format!("{}.jnl", id + 1));
+            let next = fjall_files::journal_path(&self.records, id + 1);
             let rotated = next
                 .try_exists()
                 .map_err(|e| Error::io(format!("looking for {}", next.display()), e))?;
@@ -419,14 +420,7 @@ impl ActiveJournal {
                 return Ok((*id, Arc::clone(file)));
             }
         }
-        let (id, path) = crate::store::journal::journal_files(&self.records)?
-            .pop()
-            .ok_or_else(|| {
-                Error::io(
-                    format!("finding the journal in {}", self.records.display()),
-                    std::io::Error::from(std::io::ErrorKind::NotFound),
-                )
-            })?;
+        let (id, path) = fjall_files::active_journal(&self.records)?;
         let file = Arc::new(
             std::fs::File::open(&path)
                 .map_err(|e| Error::io(format!("opening {}", path.display()), e))?,

@@ -52,7 +52,8 @@ use crate::limits::MAX_CAP;
 use crate::model::ScopeKey;
 use crate::store::codec;
 use crate::store::engine::{describe_fjall, locked};
-use crate::store::index::{KeywordIndex, Mark};
+use crate::store::index::KeywordIndex;
+use crate::store::{durable, fjall_files};
 use crate::time::system_clock;
 use decisions::DecisionJournal;
 use evidence::Witnesses;
@@ -161,33 +162,19 @@ impl EmbeddedStore {
                 "cap must be between 1 and {MAX_CAP}"
             )));
         }
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        durable::create_dir(dir)?;
         let dir_lock = lock_store_dir(dir)?;
         let records_dir = dir.join("records");
-        let clean_close = evidence::read_clean_close(dir)?;
-        let next_ids = evidence::read_next_ids(dir)?;
-        // fjall's own lock is a file: one deleted (or never made, by a copy) would let fjall
-        // fail with "No such file or directory", or a second process lock a fresh file. The
-        // directory lock taken first is what excludes other processes, so recreating fjall's
-        // file is safe.
-        if records_dir.join("version").exists() && !records_dir.join("lock").exists() {
-            std::fs::File::create(records_dir.join("lock")).map_err(|e| {
-                Error::io(
-                    format!("recreating {}", records_dir.join("lock").display()),
-                    e,
-                )
-            })?;
-        }
-        crate::store::journal::check_before_open(dir, &records_dir)?;
+        fjall_files::restore_lock(&records_dir)?;
+        fjall_files::check_before_open(dir, &records_dir)?;
         let records = Records::open(dir, &records_dir, b.cache_bytes)?;
         let upgrade = needs_upgrade(&records, dir)?;
         let opened = KeywordIndex::open(&dir.join("index"))?;
+        // Before anything is acknowledged: the names of `records/` and `index/` in `dir`,
+        // and what fjall created in `records/` without syncing it.
+        fjall_files::sync_names(dir, &records_dir)?;
         let last_batch = records.last_batch()?;
-        let damage = match evidence::read_marker(dir)? {
-            Some(d) => Some(d),
-            None => lost_writes(last_batch, opened.watermark, clean_close),
-        };
+        let witness = Witnesses::open(dir, last_batch, opened.watermark)?;
         let clock = b.clock.unwrap_or_else(system_clock);
         let ks = records.keyspaces();
         let group = GroupCommit::new(
@@ -215,7 +202,7 @@ impl EmbeddedStore {
             group,
             journal,
             uses: UseQueue::new(),
-            witness: Witnesses::new(dir.to_owned(), damage, next_ids),
+            witness,
             clock,
             cap: b.cap,
         });
@@ -382,14 +369,14 @@ impl EmbeddedStore {
         s.group.persist_all()?;
         // Every batch is in tables and no write can start: the journal is spent.
         if in_tables {
-            match crate::store::journal::empty_flushed(&s.dir.join("records")) {
+            match fjall_files::empty_flushed(&s.dir.join("records")) {
                 Ok(bytes) => log::debug!("[store] emptied {bytes} bytes of spent journal at close"),
                 Err(e) => log::warn!(
                     "[store] the spent journal was not emptied ({e}); the next open replays it"
                 ),
             }
         }
-        if let Err(e) = evidence::write_clean_close(&s.dir, s.group.last_batch()) {
+        if let Err(e) = s.witness.closed_cleanly(s.group.last_batch()) {
             log::warn!("[store] the clean close was not recorded: {e}");
         }
         Ok(())
@@ -548,26 +535,4 @@ fn explain_with_the_disk(e: Error, dir: &Path) -> Error {
         )
         .with_source(io),
     }
-}
-
-/// The damage a reopened store can prove: its records end at a batch before the last one a
-/// witness saw (see `evidence`).
-fn lost_writes(
-    recovered: u64,
-    index: Option<Mark>,
-    clean_close: Option<u64>,
-) -> Option<evidence::Damage> {
-    let from_index = index
-        .and_then(|m| m.batch)
-        .map(|s| (s, "the keyword index"));
-    let from_close = clean_close.map(|s| (s, "the last clean close"));
-    let (witnessed, witness) = [from_index, from_close]
-        .into_iter()
-        .flatten()
-        .max_by_key(|(s, _)| *s)?;
-    (recovered < witnessed).then_some(evidence::Damage::Lost {
-        recovered,
-        witnessed,
-        witness,
-    })
 }

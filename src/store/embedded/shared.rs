@@ -74,17 +74,21 @@ impl Shared {
         let stored = self.records.stored_meta(scope)?;
         let derived = self.records.derive_meta(scope)?;
         let meta = stored.unwrap_or_default();
+        // Ids the witness saw acknowledged are never handed out again, even when no record
+        // of them survived and the loss went unseen.
+        let witnessed = self.witness.next_id(scope);
         let repaired = ScopeMeta {
-            next_seq: meta.next_seq.max(derived.next_seq),
+            next_seq: meta.next_seq.max(derived.next_seq).max(witnessed),
             active: derived.active,
         };
         if repaired != meta && (stored.is_some() || repaired != ScopeMeta::default()) {
             log::warn!(
-                "[store] {scope}: bookkeeping said next seq {} and {} active, its records say {} and {}; repaired",
+                "[store] {scope}: bookkeeping said next seq {} and {} active, its records say {} and {}, the witness of acknowledged ids {}; repaired",
                 meta.next_seq,
                 meta.active,
-                repaired.next_seq,
-                repaired.active
+                derived.next_seq,
+                repaired.active,
+                witnessed
             );
             let mut batch = self.records.batch();
             self.records.put_meta(&mut batch, scope, &repaired)?;

@@ -1,22 +1,54 @@
-//! A read-only check of fjall's journal files, run before fjall opens them.
+//! fjall's files on disk: the one module that knows them.
 //!
-//! fjall replays its journals on open and, at the first entry it cannot decode, truncates the
-//! file there and carries on: a few garbled bytes in the middle of a journal silently discard
-//! every acknowledged write after them, and the evidence is gone once the open returns. A
-//! missing journal makes fjall start its sequence numbers at zero, which hides every record it
-//! has flushed to tables. Neither may happen to a store of ours without a word, so the store
-//! reads the journals itself first and refuses to open one that fjall would damage.
+//! A fjall 3 database (`records/` in a store) is, as the store reads and syncs it:
+//! - `version`: the format marker, `FJL` and the format version 3, written last at creation;
+//! - `lock`: the file fjall locks (the store locks its own directory first, see `embedded`);
+//! - `<n>.jnl`: the journals, numbered from 0; the highest is the active one, a rotation
+//!   creates exactly the next number, and a sealed journal is deleted once every keyspace it
+//!   touched has flushed;
+//! - `keyspaces/<id>/`: one LSM tree per keyspace (`0` is fjall's own meta keyspace), each
+//!   with `tables/`, its versions `v<n>` and the `current` pointer (lsm-tree's).
 //!
-//! The format read here is fjall 3's (`journal/entry.rs`): a batch is a `Start` entry (tag 1,
+//! The journal's format is fjall 3's (`journal/entry.rs`): a batch is a `Start` entry (tag 1,
 //! u32 item count, u64 seqno), that many `Item` (tag 2) or `Clear` (tag 4) entries, and an `End`
 //! entry (tag 3, u64 xxh3 of the encoded items, the trailer `FJL\x03`). Integers are
 //! little-endian. The store writes its journal uncompressed, so an item's bytes on disk are
 //! exactly the bytes the checksum covers.
 //!
+//! Checked against fjall 3.1.13 and lsm-tree 3.1.10; `Cargo.toml` pins both to those minor
+//! versions, and `tests::a_new_database_has_the_layout_this_module_reads` fails when the
+//! layout moves.
+//!
+//! **Why the store reads the journals itself.** fjall replays its journals on open and, at the
+//! first entry it cannot decode, truncates the file there and carries on: a few garbled bytes in
+//! the middle of a journal silently discard every acknowledged write after them, and the
+//! evidence is gone once the open returns. A missing journal makes fjall start its sequence
+//! numbers at zero, which hides every record it has flushed to tables. Neither may happen to a
+//! store of ours without a word, so the store reads the journals itself first and refuses to
+//! open one that fjall would damage.
+//!
 //! What counts as damage: a batch that fails to decode or to match its checksum, followed by at
 //! least one batch that is whole. A crash leaves only an incomplete last batch (never
 //! acknowledged: a write is acknowledged after its batch is on disk), which fjall drops as it
 //! should. A whole batch whose checksum is wrong is damage wherever it is: fjall refuses it.
+//!
+//! **The names fjall leaves to us.** Every name a write depends on must be durable before the
+//! write is acknowledged (see `store::durable`). fjall and lsm-tree fsync most of theirs; the
+//! gaps, which [`sync_names`] closes after every open:
+//! - fjall 3.1.13 `Database::create_new` (`src/db.rs`) fsyncs `keyspaces/` *before* the meta
+//!   keyspace's tree `keyspaces/0` is created in it, and `Keyspace::create_new`
+//!   (`src/keyspace/mod.rs`) creates `keyspaces/<id>` with `create_dir_all`; lsm-tree 3.1.10
+//!   `Tree::create_new` (`src/tree/mod.rs`) then fsyncs `<id>/tables` and `<id>`, never
+//!   `keyspaces/`. After a power cut under strict POSIX rules `keyspaces/` is empty while the
+//!   journal that registered the keyspaces survives: every record is gone.
+//! - fjall creates the database directory itself (`create_dir_all` of its path) without an
+//!   fsync of its parent: that is the store's directory, which the store syncs.
+//!
+//! fjall's rotation fsyncs the new journal and then the folder (`journal/writer.rs`, `rotate`),
+//! lsm-tree fsyncs a new table's file and folder before it is registered, and a version's file,
+//! folder and `current` pointer before the journal behind it is deleted; a deleted journal whose
+//! removal is not yet durable comes back as a journal of batches already in tables, which
+//! replay skips. None of those needs the store.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +57,11 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::error::{Error, ErrorKind, Result};
 
 const MAGIC: [u8; 4] = [b'F', b'J', b'L', 3];
+/// The format marker's name; its content is [`MAGIC`].
+const VERSION: &str = "version";
+const LOCK: &str = "lock";
+const KEYSPACES: &str = "keyspaces";
+const JOURNAL_SUFFIX: &str = ".jnl";
 const TAG_START: u8 = 1;
 const TAG_ITEM: u8 = 2;
 const TAG_END: u8 = 3;
@@ -79,7 +116,7 @@ pub fn journal_files(records: &Path) -> Result<Vec<(u64, PathBuf)>> {
         let name = entry.file_name();
         let Some(id) = name
             .to_str()
-            .and_then(|n| n.strip_suffix(".jnl"))
+            .and_then(|n| n.strip_suffix(JOURNAL_SUFFIX))
             .and_then(|n| n.parse::<u64>().ok())
         else {
             continue;
@@ -293,7 +330,7 @@ fn parse_batch(bytes: &[u8], pos: usize) -> Result<(Batch, usize), Failure> {
 /// writes sort under old ones). `store` names the store in the message.
 pub fn check_before_open(store: &Path, records: &Path) -> Result<()> {
     finish_interrupted_creation(store, records)?;
-    if !records.join("version").exists() {
+    if !records.join(VERSION).exists() {
         return Ok(()); // a new store
     }
     let files = journal_files(records)?;
@@ -362,12 +399,79 @@ pub fn empty_flushed(records: &Path) -> Result<u64> {
     Ok(emptied)
 }
 
+/// The path of journal `id` in `records`.
+pub fn journal_path(records: &Path, id: u64) -> PathBuf {
+    records.join(format!("{id}{JOURNAL_SUFFIX}"))
+}
+
+/// The active journal: the highest-numbered one.
+pub fn active_journal(records: &Path) -> Result<(u64, PathBuf)> {
+    journal_files(records)?.pop().ok_or_else(|| {
+        Error::io(
+            format!("finding the journal in {}", records.display()),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        )
+    })
+}
+
+/// Makes fjall's lock file exist again when a database holds its marker but lost the lock
+/// (deleted, or left out by a copy): fjall would fail with "No such file or directory", or a
+/// second process lock a fresh file. The caller holds the store directory's own lock, which is
+/// what excludes other processes, so recreating fjall's file is safe.
+pub fn restore_lock(records: &Path) -> Result<()> {
+    let lock = records.join(LOCK);
+    if records.join(VERSION).exists() && !lock.exists() {
+        std::fs::File::create(&lock)
+            .map_err(|e| Error::io(format!("recreating {}", lock.display()), e))?;
+    }
+    Ok(())
+}
+
+/// Makes a copy of a database's files openable by fjall: a lock file (a copy leaves it out),
+/// a whole version marker, and an empty journal when the copy has none (fjall opens an existing
+/// database only through its lock, and recovers rather than creates only with a whole marker).
+/// Returns whether the copy had no journal. For salvage's work copy, never a live store.
+pub fn make_openable(records: &Path) -> Result<bool> {
+    std::fs::write(records.join(LOCK), [])
+        .map_err(|e| Error::io("creating the work copy's lock file", e))?;
+    let marker = records.join(VERSION);
+    if !std::fs::metadata(&marker).is_ok_and(|m| m.len() >= 4) {
+        std::fs::write(&marker, MAGIC)
+            .map_err(|e| Error::io("writing the work copy's version marker", e))?;
+    }
+    let no_journal = journal_files(records)?.is_empty();
+    if no_journal {
+        std::fs::write(journal_path(records, 0), [])
+            .map_err(|e| Error::io("creating an empty journal in the work copy", e))?;
+    }
+    Ok(no_journal)
+}
+
+/// Cuts a journal of a work copy at `at`, the start of its damage, so that fjall opens it.
+pub fn cut_journal(path: &Path, at: u64) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(at))
+        .map_err(|e| Error::io(format!("cutting {}", path.display()), e))
+}
+
+/// Makes durable the names fjall and lsm-tree create without syncing their parent (see the
+/// module docs): `records/keyspaces/`'s entries, `records/` in the store's directory. Run after
+/// every open, before any write is acknowledged: the keyspaces are all created at open, and a
+/// sync of a directory whose entries are already durable costs one fsync.
+pub fn sync_names(store: &Path, records: &Path) -> Result<()> {
+    crate::store::durable::sync_dir(&records.join(KEYSPACES))?;
+    crate::store::durable::sync_dir(records)?;
+    crate::store::durable::sync_dir(store)
+}
+
 /// fjall writes its version marker last when it creates a database, so a `records/` directory
 /// without a whole marker is a creation that was cut short (a crash during the first open). No
 /// write can have been acknowledged in it, so it is removed and created again, but only when it
 /// holds no data at all: a marker deleted from a store that holds records is damage, refused.
 fn finish_interrupted_creation(store: &Path, records: &Path) -> Result<()> {
-    let marker = records.join("version");
+    let marker = records.join(VERSION);
     let whole = std::fs::metadata(&marker).is_ok_and(|m| m.len() >= 4);
     if whole || !records.exists() {
         return Ok(());
@@ -377,7 +481,7 @@ fn finish_interrupted_creation(store: &Path, records: &Path) -> Result<()> {
         let scan = scan_file(&path, true)?;
         has_data |= !scan.batches.is_empty() || scan.damage.is_some();
     }
-    if let Ok(entries) = std::fs::read_dir(records.join("keyspaces")) {
+    if let Ok(entries) = std::fs::read_dir(records.join(KEYSPACES)) {
         for ks in entries.flatten() {
             if std::fs::read_dir(ks.path().join("tables")).is_ok_and(|mut t| t.next().is_some()) {
                 has_data = true;
@@ -406,6 +510,60 @@ fn finish_interrupted_creation(store: &Path, records: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Candidate, ScopeKey};
+    use crate::store::{EmbeddedStore, MemoryStore, WriteOptions};
+
+    /// The layout and format this module reads, as the pinned fjall and lsm-tree write them:
+    /// when an upgrade moves a name or changes the journal's format, this fails first.
+    #[test]
+    fn a_new_database_has_the_layout_this_module_reads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedStore::open(dir.path()).expect("open");
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        for i in 0..5 {
+            let fact = Candidate::fact(format!("lesson {i}: run npm ci first"), "t");
+            store
+                .write(&scope, &[fact], &WriteOptions::default())
+                .expect("write");
+        }
+        // A crash leaves every batch in the journal, where this module reads them.
+        store.close_as_crash();
+        let records = dir.path().join("records");
+        assert_eq!(std::fs::read(records.join(VERSION)).expect("marker"), MAGIC);
+        assert!(records.join(LOCK).is_file());
+        let journals = journal_files(&records).expect("journals");
+        assert_eq!(journals.first().map(|(id, _)| *id), Some(0));
+        let (id, active) = active_journal(&records).expect("active");
+        assert_eq!(active, journal_path(&records, id));
+        let mut batches = 0;
+        for (_, path) in &journals {
+            let scan = scan_file(path, true).expect("scan");
+            assert!(scan.damage.is_none(), "{path:?}: {:?}", scan.damage);
+            batches += scan.batches.len();
+        }
+        assert!(batches >= 5, "every write's batch reads back: {batches}");
+        let mut trees = Vec::new();
+        for entry in std::fs::read_dir(records.join(KEYSPACES)).expect("keyspaces") {
+            let path = entry.expect("entry").path();
+            let id: u64 = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse().ok())
+                .expect("a keyspace folder is its numeric id");
+            assert!(path.join("tables").is_dir(), "{path:?}");
+            assert!(path.join("current").is_file(), "{path:?}");
+            trees.push(id);
+        }
+        trees.sort_unstable();
+        assert_eq!(trees.first(), Some(&0), "fjall's meta keyspace");
+        assert_eq!(trees.len(), 10, "the meta keyspace and the store's nine");
+        assert!(
+            finish_interrupted_creation(dir.path(), &records).is_ok(),
+            "a whole marker is a finished creation"
+        );
+        check_before_open(dir.path(), &records).expect("whole journals pass the check");
+        assert!(empty_flushed(&records).expect("empty") > 0);
+    }
 
     fn item(ks: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
         let mut b = vec![TAG_ITEM, VALUE_TYPE_VALUE, 0];
