@@ -1,6 +1,6 @@
 //! The command line as a user and a script see it: output, exit codes, errors.
 
-use crate::util::{run, stderr, stdout};
+use crate::util::{in_store, run, stderr, stdout};
 
 #[test]
 fn gate_prints_markers_or_lesson_per_text() {
@@ -114,13 +114,6 @@ fn help_is_exit_zero_and_names_the_commands() {
     let out = run(&["--help"], "");
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("gate"));
-}
-
-/// Runs `lessons --store <dir> ARGS` with `stdin`.
-fn in_store(dir: &std::path::Path, args: &[&str], stdin: &str) -> std::process::Output {
-    let mut full = vec!["--store", dir.to_str().expect("utf-8 path")];
-    full.extend_from_slice(args);
-    run(&full, stdin)
 }
 
 fn json_of(out: &std::process::Output) -> serde_json::Value {

@@ -8,6 +8,7 @@ mod faults;
 mod fts;
 mod fuzz_corpus;
 mod gate;
+mod lost_writes;
 mod mcp;
 mod model_check;
 mod page;

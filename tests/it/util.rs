@@ -127,6 +127,27 @@ pub fn run(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("the lessons binary exits")
 }
 
+/// Runs `lessons --store <dir> ARGS` with `stdin`.
+pub fn in_store(dir: &std::path::Path, args: &[&str], stdin: &str) -> Output {
+    let mut full = vec!["--store", dir.to_str().expect("utf-8 path")];
+    full.extend_from_slice(args);
+    run(&full, stdin)
+}
+
+/// Copies the directory tree `from` to `to` (created), files and directories only.
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create the copy");
+    for entry in std::fs::read_dir(from).expect("list") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a file");
+        }
+    }
+}
+
 /// The stdout of an output as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
