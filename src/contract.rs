@@ -138,21 +138,16 @@ pub enum Route {
 }
 
 impl Route {
+    /// Every route the server answers: the POST routes, the GET routes, then `/mcp`.
+    pub fn all() -> impl Iterator<Item = Route> {
+        let post = PostRoute::ALL.iter().map(|&r| Route::Post(r));
+        let get = GetRoute::ALL.iter().map(|&r| Route::Get(r));
+        post.chain(get).chain(std::iter::once(Route::Mcp))
+    }
+
     /// The route at `path`, if the server has one.
     pub fn at(path: &str) -> Option<Route> {
-        if path == MCP_PATH {
-            return Some(Route::Mcp);
-        }
-        PostRoute::ALL
-            .iter()
-            .find(|r| r.path() == path)
-            .map(|&r| Route::Post(r))
-            .or_else(|| {
-                GetRoute::ALL
-                    .iter()
-                    .find(|r| r.path() == path)
-                    .map(|&r| Route::Get(r))
-            })
+        Route::all().find(|r| r.path() == path)
     }
 
     /// Its path.

@@ -16,7 +16,8 @@
 //!   and the listener is closed.
 //!
 //! What bites is logged at most once per ten seconds per kind, with a count, so a flood of slow
-//! clients cannot flood the log.
+//! clients cannot flood the log. Every request carries the port it was accepted on
+//! ([`Listening`]), which a server without a token checks its `Host` against.
 
 use std::future::Future;
 use std::io;
@@ -173,6 +174,10 @@ impl Registry {
     }
 }
 
+/// The port the listener that accepted a request is bound to, in the request's extensions.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Listening(pub(super) u16);
+
 /// Serves `app` on `listener` until `shutdown` resolves, then drains.
 pub async fn serve_on(
     listener: TcpListener,
@@ -180,6 +185,12 @@ pub async fn serve_on(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
+    // A listener whose address cannot be read leaves requests without the extension, which a
+    // server without a token refuses: it cannot check what they are addressed to.
+    let app = match listener.local_addr() {
+        Ok(addr) => app.layer(axum::Extension(Listening(addr.port()))),
+        Err(_) => app,
+    };
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let registry = Arc::new(Mutex::new(Registry::default()));
     let epoch = Instant::now();

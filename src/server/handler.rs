@@ -2,9 +2,11 @@
 //! contract's order, the body, the store call on a blocking thread (`routes`), and the answer;
 //! `/export` as a stream; the page's files.
 //!
-//! **Invariant:** the checks run in this order: unknown path 404 (before auth), wrong method
-//! 405, missing or wrong bearer 401, a read-only token on a write route 403, no length 411,
-//! too long 413, slow 408, not JSON 400, failed validation 400 with the reason.
+//! **Invariant:** the checks run in this order: unknown path 404 (before auth); on a server
+//! without a token, a `Host` or `Origin` that is not its own 403 (`auth::local_caller`: every
+//! route and method, `/mcp` included); wrong method 405, missing or wrong bearer 401, a
+//! read-only token on a write route 403, no length 411, too long 413, slow 408, not JSON 400,
+//! failed validation 400 with the reason. No check before the 408 reads the body.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,7 +19,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use super::answer::{json_response, Answer, JsonPieces, JsonText, Refusal};
-use super::auth::{authorize, Token};
+use super::auth::{authorize, local_caller, Token};
+use super::conn::Listening;
 use super::metrics::metrics_response;
 use super::wire::Body;
 use super::{AppState, BODY_TIMEOUT, MAX_EXPORTS};
@@ -71,6 +74,12 @@ async fn dispatch(
     let not_found = || Refusal::new(StatusCode::NOT_FOUND, "not found");
     // 404 before anything else, even without a token.
     let route = route.ok_or_else(not_found)?;
+    // Then, without a token, who may call at all: whatever the route and method, before
+    // anything else is looked at, and before the body is read.
+    let port = req.extensions().get::<Listening>().map(|l| l.0);
+    let target = req.uri().authority().map(|a| a.as_str());
+    local_caller(&state.auth, port, req.headers(), target)
+        .map_err(|f| Refusal::new(StatusCode::FORBIDDEN, f.reason).logged(f.log))?;
     if route == Route::Mcp {
         // Its own protocol answers methods and bodies; the token is checked here, and left in
         // the request for the tools a read-only token may see.

@@ -585,15 +585,15 @@ pub(crate) fn http_service(
 > {
     use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
     use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-    let mut config = StreamableHttpServerConfig::default()
+    // The handler has already decided who may call, as for every route: the token, or without
+    // one the request's `Host` and `Origin` (`auth::local_caller`, against a web page and DNS
+    // rebinding). The service's own checks of them would be a second rule to keep in step.
+    let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
-        .with_max_request_body_bytes(MAX_BODY_BYTES);
-    if !state.auth.open {
-        // A bearer token guards every request, which a page rebinding a name to this host
-        // cannot present: the Host check against DNS rebinding is for unauthenticated servers.
-        config = config.disable_allowed_hosts();
-    }
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .disable_allowed_hosts()
+        .disable_allowed_origins();
     let lessons = Lessons::new(Arc::clone(state), Calls::Blocking);
     StreamableHttpService::new(
         move || Ok(lessons.clone()),

@@ -1,9 +1,11 @@
 //! The HTTP server: the memory Worker's wire contract over one store.
 //!
 //! One catch-all handler decides every answer in the contract's order: unknown path 404 (before
-//! auth), wrong method 405, missing or wrong bearer 401 (constant-time comparison; no token
-//! configured refuses everything unless the server was started without auth), read-only token
-//! on a mutating route 403, missing length 411, body over 512 KiB 413, bad JSON 400
+//! auth); on a server started without auth, a `Host` or `Origin` that is not its own 403 (a web
+//! page or a rebound name: `auth::local_caller`); wrong method 405, missing or wrong bearer 401
+//! (constant-time comparison; no token configured refuses everything unless the server was
+//! started without auth), read-only token on a mutating route 403, missing length 411, body
+//! over 512 KiB 413, bad JSON 400
 //! `{"error":"body must be valid JSON"}`, failed validation 400 with the reason. Store calls run
 //! on blocking threads, never on the async workers.
 //!
@@ -45,7 +47,8 @@ pub struct Auth {
     pub token: Option<String>,
     /// An optional read-only bearer token (`MEMORY_READ_TOKEN`).
     pub read_token: Option<String>,
-    /// No token is required (only ever on a loopback address).
+    /// No token is required (only ever on a loopback address). Then only a request addressed to
+    /// a loopback name at the server's port, from no web page but the server's own, is answered.
     pub open: bool,
 }
 
@@ -130,7 +133,9 @@ impl AppState {
     }
 }
 
-/// The router: one handler decides every answer (see the module docs).
+/// The router: one handler decides every answer (see the module docs). Served by [`serve`] or
+/// [`Background`], each request carries the port it came in on; served otherwise, a server
+/// without a token cannot check what a request is addressed to, and refuses every one.
 pub fn router(state: Arc<AppState>) -> Router {
     #[cfg(feature = "mcp")]
     let mcp: handler::Mcp = Arc::new(mcp::http_service(&state));

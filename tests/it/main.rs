@@ -18,6 +18,7 @@ mod review;
 mod sealed;
 mod server;
 mod server_faults;
+mod server_origin;
 mod store;
 mod text;
 mod transcript;
