@@ -158,8 +158,8 @@ impl DecisionJournal {
 
     /// `add_to` a transaction's batch, which its commit reports.
     pub(super) fn add(&self, tx: &mut Tx, entries: &[Decision]) -> Result<()> {
-        let growth = self.add_to(&mut tx.batch, entries)?;
-        tx.journaled.add(growth);
+        let growth = self.add_to(tx.batch(), entries)?;
+        tx.journaled(growth);
         Ok(())
     }
 
