@@ -1,5 +1,5 @@
-//! The verdict a maintainer reads a week after a release: the design record's three signals,
-//! per scope, with the evidence behind each.
+//! The verdict a maintainer reads a week after a release: the three signals of the design record
+//! (its decisions: docs/design.md), per scope, with the evidence behind each.
 //!
 //! 1. **Inserted facts per repository per day** against a ceiling (40): above it the 24-record
 //!    window turns over too fast for a lesson to be seen; reported with the window's turnover

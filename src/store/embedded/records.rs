@@ -58,20 +58,20 @@ impl Keyspaces {
 /// The memtable of the three keyspaces that take most of a write's bytes (records, retired
 /// records, the decision journal). Each memtable flush fsyncs fjall's journal under the lock
 /// every commit takes, and each flush feeds compactions whose writes slow the journal's own
-/// fsyncs: at 8 MiB the decision journal flushed every second under 8 writers and a write's p99
-/// was 9–10× its p50; at 32 MiB about 6×. 16 MiB is the memory side of that trade: a memtable
+/// fsyncs: at 8 MiB the decision journal flushes every second under 8 writers and a write's p99
+/// is 9–10× its p50; at 32 MiB about 6×. 16 MiB is the memory side of that trade: a memtable
 /// holds about 1.4 bytes per byte it counts (skiplist nodes, allocations), and with every
-/// memtable at 32 MiB a long-running server's heap was some 100 MB larger (`cargo run
+/// memtable at 32 MiB a long-running server's heap is some 100 MB larger (`cargo run
 /// --example deployment`). Up to 3 × 16 MiB, plus a sealed memtable while it flushes.
 const LARGE_MEMTABLE: u64 = 16 << 20;
 /// The flushed tables a heavy keyspace (records, retired records, the decision journal) lets
 /// gather before it merges them into the next level (fjall's default: 4). A memtable holds
 /// keys of every scope, so each flushed table overlaps the whole of the next level, and each
 /// merge rewrites that level: merging every 8 tables instead of every 4 rewrites it half as
-/// often. Under 8 writers at 200,000 records (`cargo bench --bench writes`, the steady round,
-/// alternating) the store wrote 14.8–17.8 KB of disk a write against 21.5–22.3 KB, the disk
-/// every durable write's fsync shares. The cost is up to 7 unmerged tables for a read to look
-/// in; the review and the store's reads (`--bench review`, `--bench store`) did not slow.
+/// often. Under 8 writers at 200,000 records (`cargo bench --bench writes`, the steady round)
+/// the store writes 15–18 KB of disk a write against 21–22 KB merging at 4, the disk every
+/// durable write's fsync shares. The cost is up to 7 unmerged tables for a read to look in;
+/// the review and the store's reads (`--bench review`, `--bench store`) are no slower.
 ///
 /// fjall keeps a keyspace's settings (this, and the memtable sizes above) from the open that
 /// created it: a store created by an earlier version keeps the settings it was created with,
