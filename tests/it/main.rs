@@ -11,6 +11,8 @@ mod gate;
 mod mcp;
 mod model_check;
 mod page;
+#[cfg(target_os = "linux")]
+mod power_loss;
 mod reference_cases;
 mod reflection;
 mod review;
