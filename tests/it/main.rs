@@ -5,6 +5,7 @@
 mod cli;
 mod context;
 mod faults;
+mod fixtures;
 mod fts;
 mod fuzz_corpus;
 mod gate;

@@ -10,6 +10,7 @@ use lessons::{
     Status, WriteCounts, WriteOptions,
 };
 
+use crate::fixtures::rng::Rng;
 use crate::util::{fact_record, scope, FakeClock, T0};
 
 fn opts() -> WriteOptions {
@@ -1264,16 +1265,10 @@ fn retrieve_answers_alike_whatever_the_memory_holds() {
     let scopes: Vec<ScopeKey> = (0..4)
         .map(|i| scope(&format!("repo:acme/app{i}")))
         .collect();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
-    let sentence = |next: &mut dyn FnMut(usize) -> usize| -> String {
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+    let sentence = |rng: &mut Rng| -> String {
         (0..8)
-            .map(|_| WORDS[next(WORDS.len())])
+            .map(|_| WORDS[rng.below(WORDS.len() as u64) as usize])
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -1281,13 +1276,13 @@ fn retrieve_answers_alike_whatever_the_memory_holds() {
     for round in 0..60 {
         let s = &scopes[round % scopes.len()];
         let cands: Vec<Candidate> = (0..[1, 2, 8, 12][round % 4])
-            .map(|i| Candidate::fact(format!("{} {round} {i}", sentence(&mut next)), "t"))
+            .map(|i| Candidate::fact(format!("{} {round} {i}", sentence(&mut rng)), "t"))
             .collect();
         for store in &stores {
             store.write(s, &cands, &opts()).expect("write");
         }
         if round % 7 == 3 {
-            let id = s.record_id(next(round * 6 + 6) as u64);
+            let id = s.record_id(rng.below(round as u64 * 6 + 6));
             let answers: Vec<bool> = stores
                 .iter()
                 .map(|st| st.forget(s, &id).expect("forget"))
@@ -1301,7 +1296,7 @@ fn retrieve_answers_alike_whatever_the_memory_holds() {
         }
         clock.advance(3_600_000);
         for q in 0..3 {
-            let query = sentence(&mut next);
+            let query = sentence(&mut rng);
             let s = &scopes[(round + q) % scopes.len()];
             let answers: Vec<Vec<lessons::Record>> = stores
                 .iter()
