@@ -44,7 +44,7 @@ use support::{records, text, vocabulary, Rng, NOW};
 
 /// The allocator the `lessons` binary runs on (see `lessons::allocator`): the review's cost is
 /// mostly small allocations, and glibc's arena for this thread, fragmented by building the
-/// stores, made the in-process rows up to 2× slower than the same review over HTTP.
+/// stores, makes the in-process rows up to 2× slower than the same review over HTTP.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -13,8 +13,8 @@
 //! with a keep-alive connection, take the schedule in order. Each sender connects (a `GET
 //! /healthz`) before its phase's clock starts, as a bot's client is connected before it
 //! calls: 64 threads starting and 64 connections opened in the phase's first milliseconds
-//! were the slowest requests of a phase otherwise (up to 48 of the slowest 80 at 2,000/s fell
-//! in its first half second). A rate is sustained when at least
+//! would otherwise be the slowest requests of a phase (up to 48 of the slowest 80 at 2,000/s
+//! fall in its first half second). A rate is sustained when at least
 //! 95% of it completes and its p99 stays under 100 ms (past the saturation point the queue, and
 //! with it every latency, grows for as long as the phase lasts); the saturation point is then
 //! narrowed between the highest rate sustained and the next by halving, twice.

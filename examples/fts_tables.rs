@@ -140,14 +140,17 @@ fn main() -> rusqlite::Result<()> {
     for (name, doc, pick) in tables {
         let list = ranges(&*pick);
         let _ = writeln!(src, "/// {doc}");
+        let _ = writeln!(src, "#[rustfmt::skip]");
         let _ = writeln!(
             src,
             "pub(crate) static {name}: [(u32, u32); {}] = [",
             list.len()
         );
-        for (a, b) in list {
-            let _ = writeln!(src, "    (0x{a:X}, 0x{b:X}),");
-        }
+        let cells: Vec<String> = list
+            .iter()
+            .map(|(a, b)| format!("(0x{a:X}, 0x{b:X}),"))
+            .collect();
+        write_rows(&mut src, &cells);
         let _ = writeln!(src, "];\n");
     }
     // Only a fold to an ASCII letter or digit can make a token match a query token; every other
@@ -160,15 +163,26 @@ fn main() -> rusqlite::Result<()> {
         src,
         "/// Non-ASCII token code points that fold to an ASCII letter or digit (sorted)."
     );
+    let _ = writeln!(src, "#[rustfmt::skip]");
     let _ = writeln!(
         src,
         "pub(crate) static ASCII_FOLDS: [(u32, u8); {}] = [",
         ascii.len()
     );
-    for (cp, f) in ascii {
-        let _ = writeln!(src, "    (0x{cp:X}, b'{f}'),");
-    }
+    let cells: Vec<String> = ascii
+        .iter()
+        .map(|(cp, f)| format!("(0x{cp:X}, b'{f}'),"))
+        .collect();
+    write_rows(&mut src, &cells);
     let _ = writeln!(src, "];");
     print!("{src}");
     Ok(())
+}
+
+/// Writes table cells several to a line (rustfmt would give each its own, and the tables are
+/// data, not code to read line by line).
+fn write_rows(src: &mut String, cells: &[String]) {
+    for row in cells.chunks(6) {
+        let _ = writeln!(src, "    {}", row.join(" "));
+    }
 }

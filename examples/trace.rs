@@ -1,5 +1,6 @@
 //! The design record's "One trace", end to end, as two runs of a bot in `acme/app` on an
-//! embedded store.
+//! embedded store. (The design record is the founding design note of the bot's memory redesign,
+//! kept outside this repository; docs/design.md summarizes its decisions.)
 //!
 //! Run 1: a coding run learns why the license check fails; its extractor's reply is gated and
 //! written. Run 2, days later, is briefed to add a registry drift check (the brief never

@@ -1,11 +1,12 @@
 //! jemalloc, for a binary that takes it as its global allocator (the `lessons` binary does, with
 //! the default `jemalloc` feature): its settings for a long-running store, and its own counts.
 //!
-//! Why: under `lessons serve`'s threads glibc's malloc gave each thread an arena and kept what
-//! it freed, so a server's resident memory grew with its age while the store's bounded parts
-//! (`/metrics`' `lessons_held_bytes`) stayed flat. jemalloc, given back its freed pages within a
+//! Why: under `lessons serve`'s threads glibc's malloc gives each thread an arena and keeps what
+//! it frees, so a server's resident memory grows with its age while the store's bounded parts
+//! (`/metrics`' `lessons_held_bytes`) stay flat. jemalloc, given back its freed pages within a
 //! fraction of a second, holds the server's heap near what is live
-//! (`cargo run --release --example deployment` measures both; docs/performance.md has the runs).
+//! (`cargo run --release --example deployment` measures both; docs/performance.md has the
+//! figures).
 //!
 //! A binary declares the allocator itself (the library cannot), then calls [`tune`] first:
 //!

@@ -1,5 +1,5 @@
-//! The verdict a maintainer reads a week after a release: the design record's three signals,
-//! per scope, with the evidence behind each.
+//! The verdict a maintainer reads a week after a release: the three signals of the design record
+//! (its decisions: docs/design.md), per scope, with the evidence behind each.
 //!
 //! 1. **Inserted facts per repository per day** against a ceiling (40): above it the 24-record
 //!    window turns over too fast for a lesson to be seen; reported with the window's turnover
@@ -222,34 +222,8 @@ fn scope_review(
     since_ms: i64,
     t: &Thresholds,
 ) -> Result<ScopeReview> {
-    let repo = scope.as_str().starts_with("repo:");
     let inserted_per_day = counters.inserted as f64 / f64::from(days);
-    let mut signals = Vec::new();
-    if repo {
-        signals.push(Signal {
-            name: "inserted",
-            value: inserted_per_day,
-            threshold: t.max_inserted_per_day,
-            fired: inserted_per_day > t.max_inserted_per_day,
-        });
-    }
-    if counters.offered > 0 {
-        let ratio = counters.rejected as f64 / counters.offered as f64;
-        signals.push(Signal {
-            name: "rejected",
-            value: ratio,
-            threshold: t.max_rejected_ratio,
-            fired: ratio > t.max_rejected_ratio,
-        });
-    }
-    if repo {
-        signals.push(Signal {
-            name: "restated",
-            value: counters.restated as f64,
-            threshold: counters.inserted as f64,
-            fired: counters.restated > counters.inserted,
-        });
-    }
+    let signals = signals(scope, &counters, inserted_per_day, t);
     // The evidence, read newest first by event, each entry as it comes, and no further than
     // the evidence goes: the cost follows the evidence, not the journal's length. `page` is
     // the first read's size for a store that answers in pages (see `visit_decisions`).
@@ -312,6 +286,60 @@ fn scope_review(
         }
         evicted_unused.len() < SAMPLES * 5
     })?;
+    Ok(ScopeReview {
+        scope_key: scope.clone(),
+        active: store.active_count(scope)?,
+        window_turnover_days: (inserted_per_day > 0.0).then(|| t.window as f64 / inserted_per_day),
+        inserted_per_day,
+        counters,
+        signals,
+        rejected_by_marker,
+        restatements,
+        sweepable: sweepable(store, scope)?,
+        evicted_unused,
+    })
+}
+
+/// The three signals of a scope's counters: inserted per day and restated against inserted
+/// for a repository, the rejected share for any scope that was offered facts.
+fn signals(
+    scope: &ScopeKey,
+    counters: &DayCounters,
+    inserted_per_day: f64,
+    t: &Thresholds,
+) -> Vec<Signal> {
+    let repo = scope.as_str().starts_with("repo:");
+    let mut signals = Vec::new();
+    if repo {
+        signals.push(Signal {
+            name: "inserted",
+            value: inserted_per_day,
+            threshold: t.max_inserted_per_day,
+            fired: inserted_per_day > t.max_inserted_per_day,
+        });
+    }
+    if counters.offered > 0 {
+        let ratio = counters.rejected as f64 / counters.offered as f64;
+        signals.push(Signal {
+            name: "rejected",
+            value: ratio,
+            threshold: t.max_rejected_ratio,
+            fired: ratio > t.max_rejected_ratio,
+        });
+    }
+    if repo {
+        signals.push(Signal {
+            name: "restated",
+            value: counters.restated as f64,
+            threshold: counters.inserted as f64,
+            fired: counters.restated > counters.inserted,
+        });
+    }
+    signals
+}
+
+/// The facts a sweep would retire now (a dry run), with their texts.
+fn sweepable(store: &dyn MemoryStore, scope: &ScopeKey) -> Result<Vec<Item>> {
     let receipt = store.sweep(scope, true)?;
     let mut sweepable = Vec::new();
     for id in receipt.ids {
@@ -325,18 +353,7 @@ fn scope_review(
             }
         }
     }
-    Ok(ScopeReview {
-        scope_key: scope.clone(),
-        active: store.active_count(scope)?,
-        window_turnover_days: (inserted_per_day > 0.0).then(|| t.window as f64 / inserted_per_day),
-        inserted_per_day,
-        counters,
-        signals,
-        rejected_by_marker,
-        restatements,
-        sweepable,
-        evicted_unused,
-    })
+    Ok(sweepable)
 }
 
 /// The review as a person reads it: one block per scope, the fired signals first.

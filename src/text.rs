@@ -303,7 +303,7 @@ mod tests {
 
 /// FNV-1a: a fast hasher for the short keys of in-process maps (tokens, document ids). Not
 /// resistant to chosen collisions; only for maps whose keys come from the store's own records and
-/// a bounded query, where SipHash's cost showed up in retrieve's profile.
+/// a bounded query, where SipHash's cost is visible in retrieve's profile.
 #[derive(Clone, Copy)]
 pub(crate) struct Fnv(u64);
 

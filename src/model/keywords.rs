@@ -2,10 +2,10 @@
 //! it.
 //!
 //! A record that was written without keywords holds its text's ~50 tokens. As one `String`
-//! each, every write allocated and freed hundreds of small strings (tokenizing each candidate,
-//! decoding each record it read), and glibc's allocator spent a third of the writers' time on
-//! them and on consolidating what they left behind. Held here, a list is three allocations
-//! whatever its length, and a copy of a record copies one pointer.
+//! each, every write would allocate and free hundreds of small strings (tokenizing each
+//! candidate, decoding each record it reads), and glibc's allocator spends a third of the
+//! writers' time on such strings and on consolidating what they leave behind. Held here, a list
+//! is three allocations whatever its length, and a copy of a record copies one pointer.
 //!
 //! **Invariants:** `ends` is non-decreasing and its last element (if any) is `joined.len()`;
 //! every end falls on a character boundary of `joined`. Only the constructors below build a

@@ -61,7 +61,7 @@ impl Lane {
 const RUN_THREADS: usize = 4;
 
 /// A run's reads at once: a few per core. More only oversubscribe the cores (a read is CPU,
-/// not waiting), which measured as a longer latency tail.
+/// not waiting), which lengthens the latency tail.
 const READ_THREADS: usize = 3;
 
 /// A run's writes at once: every run thread but one, kept for reads.

@@ -9,8 +9,9 @@
 //! checks and words), executed by the route's own code (`server::routes`), and answered with the
 //! route's JSON as the tool's structured content, plus text a model reads.
 //!
-//! No tool writes a fact directly: the design record keeps reflection over the whole transcript
-//! as the one writer, so the only write is `lessons_reflect`, which takes an extractor's reply.
+//! No tool writes a fact directly: the design record (its decisions: docs/design.md) keeps
+//! reflection over the whole transcript as the one writer, so the only write is
+//! `lessons_reflect`, which takes an extractor's reply.
 //!
 //! **Invariant:** a tool's structured content is byte for byte the JSON its route answers for the
 //! same fields on the same store.

@@ -15,9 +15,9 @@ use crate::contract::{
     RecordsAnswer, ScopesAnswer, StatsAnswer, SweepAnswer, WindowAnswer, WriteAnswer,
 };
 use crate::memory::{build_context, reflect, shown_set};
-use crate::model::Record;
+use crate::model::{Record, ScopeKey};
 use crate::reflect::reflection_prompt;
-use crate::store::WriteOptions;
+use crate::store::{MemoryStore, WriteOptions};
 
 /// `{records}` over shared records: [`RecordsAnswer`]'s bytes without copying them.
 #[derive(serde::Serialize)]
@@ -126,25 +126,9 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
                 tally,
                 rejected,
             };
-            let counts = store.write(&scope, &records, &options)?;
-            let c = &counts;
-            let log = format!(
-                "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
-                c.inserted, c.deduped, c.restated, c.superseded, c.evicted
-            );
-            (json_text(&WriteAnswer { ok: true, counts })?, log)
+            write(store, &scope, &records, &options)?
         }
-        Body::List { scope, query } => {
-            if query.is_window() {
-                // The hot read: serialized from the store's shared window, nothing copied.
-                let window = store.window(&scope, query.limit)?;
-                let log = format!("{scope} records={}", window.len());
-                return Ok(Some((json_text(&SharedRecords { records: &window })?, log)));
-            }
-            let records = store.list(&scope, &query)?;
-            let log = format!("{scope} records={}", records.len());
-            (json_text(&RecordsAnswer { records })?, log)
-        }
+        Body::List { scope, query } => list(store, &scope, &query)?,
         Body::Forget { scope, id } => {
             let forgotten = store.forget(&scope, &id)?;
             let answer = ForgetAnswer {
@@ -156,16 +140,7 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
                 format!("{scope} forgotten={forgotten}"),
             )
         }
-        Body::Sweep { scope, dry_run } => {
-            let r = store.sweep(&scope, dry_run)?;
-            let log = format!("{scope} swept={} dry_run={dry_run}", r.swept);
-            let answer = SweepAnswer {
-                ok: true,
-                swept: r.swept,
-                ids: dry_run.then_some(r.ids),
-            };
-            (json_text(&answer)?, log)
-        }
+        Body::Sweep { scope, dry_run } => sweep(store, &scope, dry_run)?,
         Body::Get { id } => {
             let record = store.get(&id)?;
             let log = format!("found={}", record.is_some());
@@ -186,80 +161,20 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
             let log = format!("{scope} decisions={}", decisions.len());
             (json_text(&JournalAnswer { decisions })?, log)
         }
-        Body::Window { scope } => {
-            let records = store.window(&scope, state.context.repo_window.max(1))?;
-            let pairs: Vec<(&str, &str)> = records
-                .iter()
-                .map(|r| (r.text.as_str(), r.source_thread_key.as_str()))
-                .collect();
-            let block = crate::context::render_block(
-                scope.as_str(),
-                &pairs,
-                state.context.limit,
-                state.context.max_tokens,
-            );
-            let answer = WindowAnswer {
-                records: records.iter().map(|r| &**r).collect::<Vec<&Record>>(),
-                kept: block.as_ref().map_or(0, |b| b.kept),
-                block: block.map(|b| b.text),
-            };
-            (json_text(&answer)?, format!("{scope} window"))
-        }
-        Body::Import { records, decisions } => {
-            let r = store.import(&records)?;
-            let journaled = store.import_decisions(&decisions)?;
-            let answer = ImportAnswer {
-                ok: true,
-                imported: r.imported,
-                skipped: r.skipped,
-                decisions: journaled,
-            };
-            let log = format!(
-                "imported={} skipped={} decisions={journaled}",
-                r.imported, r.skipped
-            );
-            (json_text(&answer)?, log)
-        }
+        Body::Window { scope } => window(state, &scope)?,
+        Body::Import { records, decisions } => import(store, &records, &decisions)?,
         Body::Stats { since } => {
             let days = store.stats(since)?;
             let log = format!("days={}", days.len());
             (json_text(&StatsAnswer { days })?, log)
         }
-        Body::Context { run, brief } => {
-            let ctx = build_context(store, &run, &brief, &state.context, store.now());
-            for w in &ctx.warnings {
-                log::warn!("{w}");
-            }
-            let log = format!(
-                "{} kept={} window={}",
-                run.resource(),
-                ctx.records.len(),
-                ctx.from_window
-            );
-            let answer = ContextAnswer {
-                kept: ctx.records.len(),
-                from_window: ctx.from_window,
-                block: ctx.block,
-            };
-            (json_text(&answer)?, log)
-        }
+        Body::Context { run, brief } => context(state, &run, &brief)?,
         Body::Prompt {
             run,
             request,
             answer,
             transcript,
-        } => {
-            let shown = shown_set(store, &run, &request, &answer, &state.context)?;
-            let transcript = transcript.unwrap_or_else(|| format!("{request}\n\n{answer}"));
-            let p = reflection_prompt(&shown, &transcript);
-            let log = format!("{} shown={}", run.resource(), p.shown.len());
-            let answer = PromptAnswer {
-                system: p.system,
-                input: p.input,
-                shown: p.shown,
-            };
-            (json_text(&answer)?, log)
-        }
+        } => prompt(state, &run, &request, &answer, transcript)?,
         Body::Reflect {
             run,
             reply,
@@ -283,6 +198,129 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
         // Streamed by the handler, and written in pieces by `review`: never answered whole.
         Body::Export | Body::Review { .. } => return Ok(None),
     }))
+}
+
+/// An answer's JSON text and its log suffix.
+type Answered = crate::error::Result<(String, String)>;
+
+fn write(
+    store: &dyn MemoryStore,
+    scope: &ScopeKey,
+    records: &[crate::model::Candidate],
+    options: &WriteOptions,
+) -> Answered {
+    let counts = store.write(scope, records, options)?;
+    let c = &counts;
+    let log = format!(
+        "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
+        c.inserted, c.deduped, c.restated, c.superseded, c.evicted
+    );
+    Ok((json_text(&WriteAnswer { ok: true, counts })?, log))
+}
+
+fn list(store: &dyn MemoryStore, scope: &ScopeKey, query: &crate::store::ListQuery) -> Answered {
+    if query.is_window() {
+        // The hot read: serialized from the store's shared window, nothing copied.
+        let window = store.window(scope, query.limit)?;
+        let log = format!("{scope} records={}", window.len());
+        return Ok((json_text(&SharedRecords { records: &window })?, log));
+    }
+    let records = store.list(scope, query)?;
+    let log = format!("{scope} records={}", records.len());
+    Ok((json_text(&RecordsAnswer { records })?, log))
+}
+
+fn sweep(store: &dyn MemoryStore, scope: &ScopeKey, dry_run: bool) -> Answered {
+    let r = store.sweep(scope, dry_run)?;
+    let log = format!("{scope} swept={} dry_run={dry_run}", r.swept);
+    let answer = SweepAnswer {
+        ok: true,
+        swept: r.swept,
+        ids: dry_run.then_some(r.ids),
+    };
+    Ok((json_text(&answer)?, log))
+}
+
+/// `/window`: the repository's window and the block a run gets from it.
+fn window(state: &AppState, scope: &ScopeKey) -> Answered {
+    let records = state
+        .store
+        .window(scope, state.context.repo_window.max(1))?;
+    let pairs: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r.text.as_str(), r.source_thread_key.as_str()))
+        .collect();
+    let block = crate::context::render_block(
+        scope.as_str(),
+        &pairs,
+        state.context.limit,
+        state.context.max_tokens,
+    );
+    let answer = WindowAnswer {
+        records: records.iter().map(|r| &**r).collect::<Vec<&Record>>(),
+        kept: block.as_ref().map_or(0, |b| b.kept),
+        block: block.map(|b| b.text),
+    };
+    Ok((json_text(&answer)?, format!("{scope} window")))
+}
+
+fn import(
+    store: &dyn MemoryStore,
+    records: &[Record],
+    decisions: &[crate::decisions::Decision],
+) -> Answered {
+    let r = store.import(records)?;
+    let journaled = store.import_decisions(decisions)?;
+    let answer = ImportAnswer {
+        ok: true,
+        imported: r.imported,
+        skipped: r.skipped,
+        decisions: journaled,
+    };
+    let log = format!(
+        "imported={} skipped={} decisions={journaled}",
+        r.imported, r.skipped
+    );
+    Ok((json_text(&answer)?, log))
+}
+
+fn context(state: &AppState, run: &crate::context::RunScopes, brief: &str) -> Answered {
+    let store = state.store.as_ref();
+    let ctx = build_context(store, run, brief, &state.context, store.now());
+    for w in &ctx.warnings {
+        log::warn!("{w}");
+    }
+    let log = format!(
+        "{} kept={} window={}",
+        run.resource(),
+        ctx.records.len(),
+        ctx.from_window
+    );
+    let answer = ContextAnswer {
+        kept: ctx.records.len(),
+        from_window: ctx.from_window,
+        block: ctx.block,
+    };
+    Ok((json_text(&answer)?, log))
+}
+
+fn prompt(
+    state: &AppState,
+    run: &crate::context::RunScopes,
+    request: &str,
+    answer: &str,
+    transcript: Option<String>,
+) -> Answered {
+    let shown = shown_set(state.store.as_ref(), run, request, answer, &state.context)?;
+    let transcript = transcript.unwrap_or_else(|| format!("{request}\n\n{answer}"));
+    let p = reflection_prompt(&shown, &transcript);
+    let log = format!("{} shown={}", run.resource(), p.shown.len());
+    let answer = PromptAnswer {
+        system: p.system,
+        input: p.input,
+        shown: p.shown,
+    };
+    Ok((json_text(&answer)?, log))
 }
 
 #[cfg(test)]

@@ -423,7 +423,7 @@ fn remove_orphans(dir: &Path) -> Result<()> {
 /// The documents holding one record id, as a delete finds them. `IndexWriter::delete_term`
 /// keeps a `TermQuery`'s weight per delete until the commit applies it, and that weight carries
 /// a BM25 table of 256 scores and an explanation even with scoring off: about 1.2 KB a delete,
-/// and every upsert deletes first, so a commit's 16,384 changes held some 19 MB of them.
+/// and every upsert deletes first, so a commit's 16,384 changes would hold some 19 MB of them.
 #[derive(Clone, Debug)]
 struct IdQuery(Term);
 

@@ -13,6 +13,8 @@ mod lost_writes;
 mod mcp;
 mod model_check;
 mod page;
+#[cfg(target_os = "linux")]
+mod power_loss;
 mod reference_cases;
 mod reflection;
 mod review;

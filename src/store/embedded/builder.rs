@@ -81,7 +81,7 @@ impl EmbeddedStoreBuilder {
     /// Commit the keyword index after this many document changes (default 16,384) or this often
     /// (default 5 s), whichever comes first. Each commit fsyncs several files and adds a segment
     /// that merges rewrite; rarer commits keep that IO and CPU away from the writes (at 4,096
-    /// changes or 1 s, the index took a third of the CPU under 8 writers). Uncommitted writes
+    /// changes or 1 s, the index takes a third of the CPU under 8 writers). Uncommitted writes
     /// are still retrievable. Writers wait while more than four times `every` changes are
     /// uncommitted.
     pub fn index_commit(mut self, every: usize, interval: Duration) -> Self {

@@ -158,8 +158,8 @@ impl DecisionJournal {
 
     /// `add_to` a transaction's batch, which its commit reports.
     pub(super) fn add(&self, tx: &mut Tx, entries: &[Decision]) -> Result<()> {
-        let growth = self.add_to(&mut tx.batch, entries)?;
-        tx.journaled.add(growth);
+        let growth = self.add_to(tx.batch(), entries)?;
+        tx.journaled(growth);
         Ok(())
     }
 
@@ -243,8 +243,8 @@ impl DecisionJournal {
         // rank is counted by walking every class newest first beside it, in a snapshot taken
         // with the scope's tally and read from it too, so a prune or a write committed
         // meanwhile cannot move the cap. The walk reads only keys, and only as deep as the
-        // entries handed (a few hundred for a review's evidence); the cap's floor found from
-        // the oldest end read through the prunes' tombstones, 5-10 ms a read under load.
+        // entries handed (a few hundred for a review's evidence); finding the cap's floor from
+        // the oldest end would read through the prunes' tombstones, 5-10 ms a read under load.
         let (snapshot, mut ranks) = if every {
             (None, None)
         } else {

@@ -33,6 +33,7 @@ pub(crate) mod phases;
 mod queue;
 mod records;
 mod retrieve;
+mod scope_tx;
 mod scopes;
 mod search;
 mod shared;
@@ -315,18 +316,10 @@ impl EmbeddedStore {
     /// Makes `scope`'s next id at least `next_seq`, so ids acknowledged for records that were
     /// lost are never handed out again (salvage).
     pub(crate) fn reserve_ids(&self, scope: &ScopeKey, next_seq: u64) -> Result<()> {
-        let s = &*self.shared;
-        let state = s.scopes.get(scope);
-        let guard = state.write.lock();
-        let meta = s.scope_meta(scope, &state)?;
-        if meta.next_seq >= next_seq {
-            return Ok(());
-        }
-        let mut tx = s.tx(&state);
-        tx.meta = Some(codec::ScopeMeta { next_seq, ..meta });
-        let ticket = s.commit(scope, &state, tx, Vec::new())?;
-        drop(guard);
-        s.group.wait_durable(ticket)
+        scope_tx::change(&self.shared, scope, |tx| {
+            tx.reserve(next_seq);
+            Ok(())
+        })
     }
 
     /// Drops the store the way a killed process leaves it: the journal holds every batch, but

@@ -2,17 +2,15 @@
 //! a write to `write`, a retrieve to `retrieve`; the rest (list, forget, sweep, get, scopes,
 //! export, import, stats, the journal) are short enough to read here.
 
-use super::decisions;
 use super::group::Ticket;
+use super::scope_tx;
 use super::shared::Shared;
-use super::tx::with_status;
 use super::window::WINDOW_LEN;
 use super::EmbeddedStore;
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
-use crate::model::{Candidate, Kind, Record, RecordId, Retrieved, ScopeKey, Status, WriteCounts};
+use crate::model::{Candidate, Kind, Record, RecordId, Retrieved, ScopeKey, WriteCounts};
 use crate::store::codec;
-use crate::store::index::IndexOp;
 use crate::store::{
     group_import, validate_decision_query, validate_forget_id, validate_limit, validate_query,
     DayStats, ImportReport, ListFilter, ListQuery, MemoryStore, SweepReceipt, Window, WriteOptions,
@@ -69,30 +67,13 @@ impl MemoryStore for EmbeddedStore {
         if &sc != scope {
             return Ok(false);
         }
-        s.witness.refuse_if_damaged()?;
-        let state = s.scopes.get(scope);
-        let guard = state.lock_settled();
-        let Some(old) = s.records.load_active(scope, seq)? else {
-            return Ok(false);
-        };
-        let now = (s.clock)();
-        let mut meta = s.scope_meta(scope, &state)?;
-        let mut tx = s.tx(&state);
-        s.records
-            .retire(&mut tx, &old, &with_status(&old, Status::Forgotten), seq)?;
-        meta.active = meta.active.saturating_sub(1);
-        tx.meta = Some(meta);
-        s.records
-            .add_day(&mut tx, scope, now, |d| d.forgotten += 1)?;
-        s.journal.add(
-            &mut tx,
-            &[decisions::of_retire(now, &old, DecisionEvent::Forgotten)],
-        )?;
-        let index = vec![IndexOp::Delete { id: old.id.clone() }];
-        let ticket = s.commit(scope, &state, tx, index)?;
-        drop(guard);
-        s.group.wait_durable(ticket)?;
-        Ok(true)
+        scope_tx::change(s, scope, |tx| {
+            let Some(old) = s.records.load_active(scope, seq)? else {
+                return Ok(false);
+            };
+            tx.retire_for(&old, seq, DecisionEvent::Forgotten)?;
+            Ok(true)
+        })
     }
 
     fn sweep(&self, scope: &ScopeKey, dry_run: bool) -> Result<SweepReceipt> {
@@ -128,39 +109,17 @@ impl MemoryStore for EmbeddedStore {
         if dry_run {
             return Ok(receipt(&seen));
         }
-        let guard = state.lock_settled();
-        // Under the scope's lock, settled: the usage read live matches the records (a swept
-        // record keeps its use in its retired copy), and the mark matches them too.
-        let (known, _) = state.gate_mark();
-        let (marked, _) = marked(None, known)?;
-        let receipt = receipt(&marked);
-        if marked.is_empty() {
-            return Ok(receipt);
-        }
-        s.witness.refuse_if_damaged()?;
-        let now = (s.clock)();
-        let mut meta = s.scope_meta(scope, &state)?;
-        let mut tx = s.tx(&state);
-        let mut ops = Vec::new();
-        for r in &marked {
-            let Some(seq) = r.seq() else { continue };
-            s.records
-                .retire(&mut tx, r, &with_status(r, Status::Swept), seq)?;
-            ops.push(IndexOp::Delete { id: r.id.clone() });
-        }
-        meta.active = meta.active.saturating_sub(marked.len() as u64);
-        tx.meta = Some(meta);
-        s.records
-            .add_day(&mut tx, scope, now, |d| d.swept += receipt.swept)?;
-        let swept: Vec<_> = marked
-            .iter()
-            .map(|r| decisions::of_retire(now, r, DecisionEvent::Swept))
-            .collect();
-        s.journal.add(&mut tx, &swept)?;
-        let ticket = s.commit(scope, &state, tx, ops)?;
-        drop(guard);
-        s.group.wait_durable(ticket)?;
-        Ok(receipt)
+        scope_tx::change(s, scope, |tx| {
+            // Under the scope's lock, settled: the usage read live matches the records (a
+            // swept record keeps its use in its retired copy), and the mark matches them too.
+            let (known, _) = tx.state().gate_mark();
+            let (marked, _) = marked(None, known)?;
+            for r in &marked {
+                let Some(seq) = r.seq() else { continue };
+                tx.retire_for(r, seq, DecisionEvent::Swept)?;
+            }
+            Ok(receipt(&marked))
+        })
     }
 
     fn get(&self, id: &str) -> Result<Option<Record>> {
@@ -225,7 +184,6 @@ impl MemoryStore for EmbeddedStore {
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
         let (groups, repeats) = group_import(records)?;
         let s = &*self.shared;
-        s.witness.refuse_if_damaged()?;
         let mut report = ImportReport {
             skipped: repeats,
             ..ImportReport::default()
@@ -234,32 +192,20 @@ impl MemoryStore for EmbeddedStore {
         // nothing before it returns.
         let mut durable = Ticket::none();
         for (scope, list) in groups {
-            let state = s.scopes.get(scope);
-            let guard = state.lock_settled();
-            let mut meta = s.scope_meta(scope, &state)?;
-            let mut tx = s.tx(&state);
-            let mut ops = Vec::new();
-            for (seq, r) in list {
-                if s.records.holds(scope, seq)? {
-                    report.skipped += 1;
-                    continue;
+            let ((), ticket) = scope_tx::change_unsettled(s, scope, |tx| {
+                for (seq, r) in list {
+                    if s.records.holds(scope, seq)? {
+                        report.skipped += 1;
+                        continue;
+                    }
+                    tx.insert(r, seq)?;
+                    report.imported += 1;
                 }
-                if r.status == Status::Active {
-                    s.records.put_active(&mut tx, r, seq)?;
-                    meta.active += 1;
-                    ops.push(IndexOp::upsert(r));
-                } else {
-                    s.records.put_retired(&mut tx, r, seq)?;
-                }
-                meta.next_seq = meta.next_seq.max(seq + 1);
-                report.imported += 1;
-            }
-            tx.meta = Some(meta);
-            durable = durable.and(s.commit(scope, &state, tx, ops)?);
-            drop(guard);
+                Ok(())
+            })?;
+            durable = durable.and(ticket);
         }
-        s.group.wait_durable(durable)?;
-        s.queue.backpressure();
+        scope_tx::settle(s, durable)?;
         Ok(report)
     }
 

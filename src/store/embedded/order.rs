@@ -12,10 +12,9 @@ pub(super) fn lru_key(r: &Record, seq: u64) -> LruKey {
     (r.usage_time(), r.created_at, seq)
 }
 
-/// A scope's active records in eviction order, kept in memory: an on-disk usage index was
-/// measured first, and every bump and eviction left a tombstone at its head, so each eviction
-/// scan walked all earlier ones (a full scope's write slowed from 0.3 ms to 4 ms within a few
-/// thousand writes).
+/// A scope's active records in eviction order, kept in memory: an on-disk usage index gets a
+/// tombstone at its head with every bump and eviction, so each eviction scan walks all earlier
+/// ones (a full scope's write slows from 0.3 ms to 4 ms within a few thousand writes).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct EvictionOrder(BTreeSet<LruKey>);
 

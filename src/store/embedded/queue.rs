@@ -39,9 +39,9 @@ pub(super) struct IndexQueue {
     /// Changes waiting to be handed to the index writer that wake the indexer before a commit
     /// is due. Staged as they come, a commit's documents are indexed over its interval, not
     /// all in the instant it is due: the writer's channel holds up to 10,000 documents and
-    /// its segment up to its heap, and in one burst a default commit (16,384 changes) raised
-    /// the live heap by 30–45 MB for a fraction of a second, the store's tallest peak
-    /// (`cargo run --example deployment`), and took a core from the writes while it lasted.
+    /// its segment up to its heap, and staged in one burst a default commit (16,384 changes)
+    /// raises the live heap by 30–45 MB for a fraction of a second, the store's tallest peak
+    /// (`cargo run --example deployment`), and takes a core from the writes while it lasts.
     stage_every: usize,
 }
 

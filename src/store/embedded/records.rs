@@ -58,20 +58,20 @@ impl Keyspaces {
 /// The memtable of the three keyspaces that take most of a write's bytes (records, retired
 /// records, the decision journal). Each memtable flush fsyncs fjall's journal under the lock
 /// every commit takes, and each flush feeds compactions whose writes slow the journal's own
-/// fsyncs: at 8 MiB the decision journal flushed every second under 8 writers and a write's p99
-/// was 9–10× its p50; at 32 MiB about 6×. 16 MiB is the memory side of that trade: a memtable
+/// fsyncs: at 8 MiB the decision journal flushes every second under 8 writers and a write's p99
+/// is 9–10× its p50; at 32 MiB about 6×. 16 MiB is the memory side of that trade: a memtable
 /// holds about 1.4 bytes per byte it counts (skiplist nodes, allocations), and with every
-/// memtable at 32 MiB a long-running server's heap was some 100 MB larger (`cargo run
+/// memtable at 32 MiB a long-running server's heap is some 100 MB larger (`cargo run
 /// --example deployment`). Up to 3 × 16 MiB, plus a sealed memtable while it flushes.
 const LARGE_MEMTABLE: u64 = 16 << 20;
 /// The flushed tables a heavy keyspace (records, retired records, the decision journal) lets
 /// gather before it merges them into the next level (fjall's default: 4). A memtable holds
 /// keys of every scope, so each flushed table overlaps the whole of the next level, and each
 /// merge rewrites that level: merging every 8 tables instead of every 4 rewrites it half as
-/// often. Under 8 writers at 200,000 records (`cargo bench --bench writes`, the steady round,
-/// alternating) the store wrote 14.8–17.8 KB of disk a write against 21.5–22.3 KB, the disk
-/// every durable write's fsync shares. The cost is up to 7 unmerged tables for a read to look
-/// in; the review and the store's reads (`--bench review`, `--bench store`) did not slow.
+/// often. Under 8 writers at 200,000 records (`cargo bench --bench writes`, the steady round)
+/// the store writes 15–18 KB of disk a write against 21–22 KB merging at 4, the disk every
+/// durable write's fsync shares. The cost is up to 7 unmerged tables for a read to look in;
+/// the review and the store's reads (`--bench review`, `--bench store`) are no slower.
 ///
 /// fjall keeps a keyspace's settings (this, and the memtable sizes above) from the open that
 /// created it: a store created by an earlier version keeps the settings it was created with,
@@ -599,7 +599,7 @@ impl Records {
     /// Writes an active record's keys (the record and its dedup key) and notes it entering.
     pub(super) fn put_active(&self, tx: &mut Tx, r: &Record, seq: u64) -> Result<()> {
         let scope = &r.scope_key;
-        tx.batch.insert(
+        tx.batch().insert(
             &self.ks.active,
             codec::active_key(scope, r.kind, seq),
             codec::encode_record(r, seq)?,
@@ -614,7 +614,7 @@ impl Records {
     /// Writes a record that never was active (an import's, or one a write inserted and evicted
     /// at once) straight to the retired keyspace.
     pub(super) fn put_retired(&self, tx: &mut Tx, r: &Record, seq: u64) -> Result<()> {
-        tx.batch.insert(
+        tx.batch().insert(
             &self.ks.retired,
             codec::retired_key(&r.scope_key, seq),
             codec::encode_record(r, seq)?,
@@ -629,9 +629,9 @@ impl Records {
         let key = codec::active_key(scope, old.kind, seq);
         if old.last_used_at.is_some() {
             // `kept` carries the use: the entry goes with the record.
-            tx.batch.remove(&self.ks.usage, key.clone());
+            tx.batch().remove(&self.ks.usage, key.clone());
         }
-        tx.batch.remove(&self.ks.active, key);
+        tx.batch().remove(&self.ks.active, key);
         if old.dedup_key {
             self.edit_dedup_key(
                 tx,
@@ -657,9 +657,9 @@ impl Records {
         let key = codec::active_key(&new.scope_key, new.kind, seq);
         if old.last_used_at.is_some() {
             // Only a record used before can have a usage entry.
-            tx.batch.remove(&self.ks.usage, key.clone());
+            tx.batch().remove(&self.ks.usage, key.clone());
         }
-        tx.batch
+        tx.batch()
             .insert(&self.ks.active, key, codec::encode_record(new, seq)?);
         tx.changed(old, Arc::new(new.clone()), seq);
         Ok(())
@@ -669,7 +669,7 @@ impl Records {
     /// usage entry, not the record rewritten. The text and everything derived from it stay.
     pub(super) fn bump_active(&self, tx: &mut Tx, old: &Record, new: Arc<Record>, seq: u64) {
         if let Some(u) = codec::Usage::of(&new) {
-            tx.batch.insert(
+            tx.batch().insert(
                 &self.ks.usage,
                 codec::active_key(&new.scope_key, new.kind, seq),
                 codec::encode_usage(u),
@@ -681,11 +681,12 @@ impl Records {
     /// Adds `seq` to (or takes it from) a dedup key within `tx`: the key's value is read once
     /// per transaction, edited in memory, and written with the transaction.
     fn edit_dedup_key(&self, tx: &mut Tx, key: Vec<u8>, seq: u64, add: bool) -> Result<()> {
-        if !tx.norms.contains_key(&key) {
+        let norms = tx.dedup_keys();
+        if !norms.contains_key(&key) {
             let seqs = self.dedup_key(&key)?;
-            tx.norms.insert(key.clone(), (seqs, false));
+            norms.insert(key.clone(), (seqs, false));
         }
-        if let Some((seqs, dirty)) = tx.norms.get_mut(&key) {
+        if let Some((seqs, dirty)) = norms.get_mut(&key) {
             match (seqs.binary_search(&seq), add) {
                 (Err(at), true) => seqs.insert(at, seq),
                 (Ok(at), false) => {
@@ -708,43 +709,40 @@ impl Records {
         f: impl FnOnce(&mut DayCounters),
     ) -> Result<()> {
         let day = day_of(now);
-        let mut counters = match tx.day.take() {
-            Some((d, c)) if d == day => c,
-            _ => match tx.cached_day.take().filter(|(d, _)| *d == day) {
-                Some((_, c)) => c,
-                None => {
-                    let key = codec::counters_key(day, scope);
-                    match self.ks.counters.get(&key).map_err(st("reading counters"))? {
-                        Some(v) => codec::decode(&v, "a day's counters")?,
-                        None => DayCounters::default(),
-                    }
+        let mut counters = match tx.take_day(day) {
+            Some(c) => c,
+            None => {
+                let key = codec::counters_key(day, scope);
+                match self.ks.counters.get(&key).map_err(st("reading counters"))? {
+                    Some(v) => codec::decode(&v, "a day's counters")?,
+                    None => DayCounters::default(),
                 }
-            },
+            }
         };
         f(&mut counters);
-        tx.day = Some((day, counters));
+        tx.set_day(day, counters);
         Ok(())
     }
 
     /// Writes what `tx` keeps in memory until its commit (the scope's bookkeeping, the dedup
     /// keys it edited, the day's counters) into its batch.
     pub(super) fn seal(&self, tx: &mut Tx, scope: &ScopeKey) -> Result<()> {
-        if let Some(m) = &tx.meta {
-            tx.batch
-                .insert(&self.ks.scopes, scope.as_str(), codec::encode(m)?);
+        let (meta, norms, day, batch) = tx.unsealed();
+        if let Some(m) = meta {
+            batch.insert(&self.ks.scopes, scope.as_str(), codec::encode(m)?);
         }
-        for (key, (seqs, dirty)) in std::mem::take(&mut tx.norms) {
+        for (key, (seqs, dirty)) in norms {
             if !dirty {
                 continue;
             }
             if seqs.is_empty() {
-                tx.batch.remove(&self.ks.norms, key);
+                batch.remove(&self.ks.norms, key);
             } else {
-                tx.batch.insert(&self.ks.norms, key, codec::encode(&seqs)?);
+                batch.insert(&self.ks.norms, key, codec::encode(&seqs)?);
             }
         }
-        if let Some((d, counters)) = &tx.day {
-            tx.batch.insert(
+        if let Some((d, counters)) = day {
+            batch.insert(
                 &self.ks.counters,
                 codec::counters_key(*d, scope),
                 codec::encode(counters)?,

@@ -11,7 +11,7 @@ use super::group::{GroupCommit, Ticket};
 use super::queue::IndexQueue;
 use super::records::Records;
 use super::scopes::{Scope, Scopes};
-use super::tx::Tx;
+use super::tx::{Sealed, Tx};
 use super::uses::{PendingUse, UseQueue};
 use crate::error::Result;
 use crate::model::ScopeKey;
@@ -106,7 +106,8 @@ impl Shared {
     /// scope until it is committed, so whoever reads the scope's records from fjall first waits
     /// for it (see `uses`).
     pub(super) fn defer_uses(&self, scope: &ScopeKey, state: &Arc<Scope>, tx: Tx) {
-        debug_assert!(tx.meta.is_none() && tx.day.is_none() && tx.norms.is_empty());
+        debug_assert!(tx.only_uses());
+        let tx = tx.into_sealed();
         state.unsettle();
         self.scopes
             .apply(&self.records, scope, state, &tx.changes, None, None);
@@ -126,14 +127,13 @@ impl Shared {
         index_ops: Vec<IndexOp>,
     ) -> Result<Ticket> {
         self.records.seal(&mut tx, scope)?;
-        let Tx {
+        let Sealed {
             mut batch,
             changes,
             meta,
             day,
             journaled,
-            ..
-        } = tx;
+        } = tx.into_sealed();
         let op = (!index_ops.is_empty()).then(|| self.queue.allocate());
         if let Some(op) = op {
             let ids: Vec<&str> = index_ops.iter().map(IndexOp::id).collect();

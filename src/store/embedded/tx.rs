@@ -14,25 +14,35 @@ use crate::model::{Kind, Record, Status};
 use crate::store::codec::ScopeMeta;
 use crate::store::DayCounters;
 
-/// One scope's batch being built, with what it changes in the scope's active set. Built by
-/// `Shared::tx` under the scope's write lock, filled by `Records`' edits, committed whole by
+/// One scope's batch being built, with what it changes in the scope's active set. Built
+/// under the scope's write lock (by `ScopeTx`, or a retrieve's use bump), filled by the edits
+/// of the keyspaces' owners (`Records`, `DecisionJournal`), committed whole by
 /// `Shared::commit`.
 pub(super) struct Tx {
-    pub(super) batch: OwnedWriteBatch,
+    batch: OwnedWriteBatch,
     /// Records entering, changing or leaving the active set, in order: the commit applies them
     /// to the scope's derived state (window, eviction order, FTS totals, held search).
-    pub(super) changes: Vec<Change>,
+    changes: Vec<Change>,
     /// The scope's bookkeeping after this batch, when the batch changes it.
-    pub(super) meta: Option<ScopeMeta>,
+    meta: Option<ScopeMeta>,
     /// Whether the scope's FTS totals are loaded, so a leaving record's document is needed.
-    pub(super) fts: bool,
+    fts: bool,
     /// Dedup keys this transaction read or edits (written at commit).
-    pub(super) norms: DedupKeys,
+    norms: DedupKeys,
     /// The scope's counters of one day after this transaction (written at commit).
-    pub(super) day: Option<(i64, DayCounters)>,
+    day: Option<(i64, DayCounters)>,
     /// The scope's counters of the day as the derived state last knew them.
-    pub(super) cached_day: Option<(i64, DayCounters)>,
+    cached_day: Option<(i64, DayCounters)>,
     /// Decision-journal entries this transaction adds.
+    journaled: Growth,
+}
+
+/// A transaction taken apart for its commit: the batch, and what follows it into memory.
+pub(super) struct Sealed {
+    pub(super) batch: OwnedWriteBatch,
+    pub(super) changes: Vec<Change>,
+    pub(super) meta: Option<ScopeMeta>,
+    pub(super) day: Option<(i64, DayCounters)>,
     pub(super) journaled: Growth,
 }
 
@@ -53,6 +63,86 @@ impl Tx {
             day: None,
             cached_day,
             journaled: Growth::default(),
+        }
+    }
+
+    /// The batch, for the owner of a keyspace to write its keys into.
+    pub(super) fn batch(&mut self) -> &mut OwnedWriteBatch {
+        &mut self.batch
+    }
+
+    /// The dedup keys read or edited so far (`Records` keeps them).
+    pub(super) fn dedup_keys(&mut self) -> &mut DedupKeys {
+        &mut self.norms
+    }
+
+    /// Starts from the dedup keys a plan already read, so they are not read again: before any
+    /// edit of a dedup key (one edited already is kept).
+    pub(super) fn read_dedup_keys(&mut self, keys: DedupKeys) {
+        for (key, value) in keys {
+            self.norms.entry(key).or_insert(value);
+        }
+    }
+
+    /// The scope's counters of `day` as this transaction left them, else as the derived state
+    /// knew them; `None` when neither holds that day (the caller reads them).
+    pub(super) fn take_day(&mut self, day: i64) -> Option<DayCounters> {
+        match self.day.take() {
+            Some((d, c)) if d == day => Some(c),
+            _ => self
+                .cached_day
+                .take()
+                .filter(|(d, _)| *d == day)
+                .map(|(_, c)| c),
+        }
+    }
+
+    /// The scope's counters of `day` after this transaction.
+    pub(super) fn set_day(&mut self, day: i64, counters: DayCounters) {
+        self.day = Some((day, counters));
+    }
+
+    /// The scope's bookkeeping after this transaction.
+    pub(super) fn set_meta(&mut self, meta: ScopeMeta) {
+        self.meta = Some(meta);
+    }
+
+    /// Decision-journal entries added to the batch.
+    pub(super) fn journaled(&mut self, growth: Growth) {
+        self.journaled.add(growth);
+    }
+
+    /// Whether the transaction changes nothing but records' use (a retrieve's bump).
+    pub(super) fn only_uses(&self) -> bool {
+        self.meta.is_none() && self.day.is_none() && self.norms.is_empty()
+    }
+
+    /// What is kept in memory until the commit, taken out for `Records::seal` to write: the
+    /// bookkeeping, the dedup keys, the day's counters.
+    pub(super) fn unsealed(
+        &mut self,
+    ) -> (
+        Option<&ScopeMeta>,
+        DedupKeys,
+        Option<&(i64, DayCounters)>,
+        &mut OwnedWriteBatch,
+    ) {
+        (
+            self.meta.as_ref(),
+            std::mem::take(&mut self.norms),
+            self.day.as_ref(),
+            &mut self.batch,
+        )
+    }
+
+    /// The transaction taken apart for its commit.
+    pub(super) fn into_sealed(self) -> Sealed {
+        Sealed {
+            batch: self.batch,
+            changes: self.changes,
+            meta: self.meta,
+            day: self.day,
+            journaled: self.journaled,
         }
     }
 

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 
 use super::decisions;
-use super::group::Ticket;
 use super::order::LruKey;
 use super::phases::{self, Phase, WriteTally};
+use super::scope_tx::{self, ScopeTx};
 use super::scopes::Scope;
 use super::shared::Shared;
 use super::tx::DedupKeys;
@@ -16,7 +16,6 @@ use crate::model::{
     Candidate, Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts,
 };
 use crate::store::codec::{self, ScopeMeta};
-use crate::store::index::IndexOp;
 use crate::store::plan;
 use crate::store::{validate_write, WriteOptions};
 use crate::text::normalize;
@@ -46,43 +45,40 @@ fn write_tallied(
     if valid.is_empty() && options.tally.is_none() {
         return Ok(WriteCounts::default());
     }
-    s.witness.refuse_if_damaged()?;
-    let state = s.scopes.get(scope);
-    // Planned on the records: with every use bump the derived state holds.
-    let guard = phases::time(Phase::ScopeLock, || state.lock_settled());
-    let now = (s.clock)();
-    let meta = phases::time(Phase::ScopeLoad, || s.scope_meta(scope, &state))?;
-    let at = Target {
-        scope,
-        state: &state,
-        meta: &meta,
-    };
-    let planned = phases::time(Phase::Plan, || -> Result<_> {
-        let (mut plan, mut read) = plan_from_records(s, at, &valid, now, cap)?;
-        let complete = read_evicted(s, scope, &mut plan, &mut read)?;
-        Ok((plan, read, complete))
-    });
-    let (mut plan, mut read, complete) = planned?;
-    if !complete {
-        // The order in memory named a record that is not active: plan again from an order
-        // rebuilt from the records.
-        log::warn!("[store] {scope}: the eviction order was behind the records; rebuilt");
-        s.scopes.drop_order(scope, &state);
-        (plan, read) = plan_from_records(s, at, &valid, now, cap)?;
-        if !read_evicted(s, scope, &mut plan, &mut read)? {
-            return Err(Error::new(
-                ErrorKind::Damaged,
-                format!("{scope}: a record to evict is not active; run `lessons doctor --repair`"),
-            ));
+    scope_tx::change(s, scope, |tx| {
+        let meta = tx.loaded();
+        let at = Target {
+            scope,
+            state: tx.state(),
+            meta: &meta,
+        };
+        let now = tx.now();
+        let planned = phases::time(Phase::Plan, || -> Result<_> {
+            let (mut plan, mut read) = plan_from_records(s, at, &valid, now, cap)?;
+            let complete = read_evicted(s, scope, &mut plan, &mut read)?;
+            Ok((plan, read, complete))
+        });
+        let (mut plan, mut read, complete) = planned?;
+        if !complete {
+            // The order in memory named a record that is not active: plan again from an order
+            // rebuilt from the records.
+            log::warn!("[store] {scope}: the eviction order was behind the records; rebuilt");
+            s.scopes.drop_order(scope, tx.state());
+            (plan, read) = plan_from_records(s, at, &valid, now, cap)?;
+            if !read_evicted(s, scope, &mut plan, &mut read)? {
+                return Err(Error::new(
+                    ErrorKind::Damaged,
+                    format!(
+                        "{scope}: a record to evict is not active; run `lessons doctor --repair`"
+                    ),
+                ));
+            }
         }
-    }
-    let ticket = phases::time(Phase::Build, || {
-        apply_plan(s, at, &valid, &plan, read, now, options)
-    })?;
-    drop(guard);
-    phases::time(Phase::Durable, || s.group.wait_durable(ticket))?;
-    phases::time(Phase::Backpressure, || s.queue.backpressure());
-    Ok(plan.counts)
+        phases::time(Phase::Build, || {
+            apply_plan(tx, &valid, &plan, read, options)
+        })?;
+        Ok(plan.counts)
+    })
 }
 
 /// Reads what the planner needs for `valid` and plans the write.
@@ -194,23 +190,19 @@ fn read_evicted(
     Ok(true)
 }
 
-/// Turns a plan into one transaction (records, bookkeeping, the day's counters, the
-/// outbox entry) and appends it; returns the ticket to wait on for durability.
+/// Builds a plan into the scope's transaction: records, the day's counters, the journal.
 fn apply_plan(
-    s: &Shared,
-    at: Target<'_>,
+    tx: &mut ScopeTx<'_>,
     valid: &[ValidCandidate],
     plan: &plan::Plan,
     read: Read,
-    now: i64,
     options: &WriteOptions,
-) -> Result<Ticket> {
+) -> Result<()> {
     let loaded = &read.records;
-    let Target { scope, state, meta } = at;
-    let mut tx = s.tx(state);
-    tx.norms = read.dedup_keys;
-    let mut index_ops: Vec<IndexOp> = Vec::new();
-    let mut active = meta.active;
+    let scope = tx.scope().clone();
+    let scope = &scope;
+    let now = tx.now();
+    tx.read_dedup_keys(read.dedup_keys);
     let provenance = merged_provenance(scope, valid, plan, loaded);
     for (&seq, touched) in plan.existing_changes() {
         let Some(old) = loaded.get(&seq) else {
@@ -228,11 +220,9 @@ fn apply_plan(
             new.provenance = p.clone();
         }
         if touched.status == Status::Active {
-            s.records.update_active(&mut tx, old, &new, seq)?;
+            tx.update(old, &new, seq)?;
         } else {
-            s.records.retire(&mut tx, old, &new, seq)?;
-            active -= 1;
-            index_ops.push(IndexOp::Delete { id: old.id.clone() });
+            tx.retire(old, &new, seq)?;
         }
     }
     let mut summaries = 0;
@@ -252,43 +242,23 @@ fn apply_plan(
             status: touched.status,
             ..c.to_record(scope, insert.seq, provenance, now)
         };
-        // The bookkeeping was checked against the records, so this cannot fire unless the
-        // store changed under us; a write must never replace a record, whatever happened.
-        if s.records.holds(scope, insert.seq)? {
-            return Err(Error::new(
-                ErrorKind::Damaged,
-                format!(
-                    "refusing to overwrite {}: the scope's bookkeeping is behind its records; run `lessons doctor --repair`",
-                    scope.record_id(insert.seq)
-                ),
-            ));
-        }
         if c.kind == Kind::Summary {
             summaries += 1;
         }
-        if touched.status == Status::Active {
-            s.records.put_active(&mut tx, &r, insert.seq)?;
-            active += 1;
-            index_ops.push(IndexOp::upsert(&r));
-        } else {
-            s.records.put_retired(&mut tx, &r, insert.seq)?;
-        }
+        // The bookkeeping was checked against the records, so the insert's refusal to replace
+        // a record cannot fire unless the store changed under us.
+        tx.insert(&r, insert.seq)?;
     }
-    let new_meta = ScopeMeta {
-        next_seq: plan.next_seq,
-        active,
-    };
-    if new_meta != *meta {
-        tx.meta = Some(new_meta);
-    }
-    s.records.add_day(&mut tx, scope, now, |d| {
-        d.add_write(&plan.counts, summaries, options.tally.as_ref())
-    })?;
-    s.journal.add(
-        &mut tx,
-        &decisions::of_write(scope, now, valid, plan, loaded, &options.rejected),
-    )?;
-    s.commit(scope, state, tx, index_ops)
+    tx.reserve(plan.next_seq);
+    tx.count(|d| d.add_write(&plan.counts, summaries, options.tally.as_ref()))?;
+    tx.journal(&decisions::of_write(
+        scope,
+        now,
+        valid,
+        plan,
+        loaded,
+        &options.rejected,
+    ))
 }
 
 /// What the planner needs of a record in the eviction head, from its key in the scope's order:
