@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lessons::server::{AppState, Auth, Background};
-use lessons::{ContextConfig, Durability, EmbeddedStore, MemoryStore};
+use lessons::server::Background;
+use lessons::{Durability, EmbeddedStore, MemoryStore};
 use serde_json::{json, Value};
 
-use crate::server::{call, raw, TOKEN};
+use crate::fixtures::server::{auth, call, raw, serve, TOKEN};
 use crate::util::{FakeClock, T0};
 
 const DAY: i64 = 24 * 60 * 60 * 1000;
@@ -34,13 +34,7 @@ impl Worker {
                 .open(dir.path())
                 .expect("open"),
         );
-        let auth = Auth {
-            token: Some(TOKEN.into()),
-            read_token: None,
-            open: false,
-        };
-        let server =
-            Background::start(AppState::new(store, auth, ContextConfig::default())).expect("start");
+        let server = serve(store, auth(TOKEN, None));
         Worker {
             server,
             clock,

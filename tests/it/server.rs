@@ -2,90 +2,23 @@
 //! `lessons serve` process, and durability when that process is killed under load.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lessons::server::{AppState, Auth, Background};
-use lessons::{ContextConfig, InMemoryStore, MemoryStore};
+use lessons::server::{Auth, Background};
+use lessons::{InMemoryStore, MemoryStore};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-pub(crate) const TOKEN: &str = "rw-secret-0123456789";
-pub(crate) const READ: &str = "ro-secret-0123456789";
+use crate::fixtures::server::{auth, call, free_port, post, raw, serve, Serve, READ, TOKEN};
 
 fn server_with(auth: Auth) -> Background {
-    let store: Arc<dyn MemoryStore> = Arc::new(InMemoryStore::new());
-    Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server starts")
+    serve(Arc::new(InMemoryStore::new()), auth)
 }
 
 fn server() -> Background {
-    server_with(Auth {
-        token: Some(TOKEN.into()),
-        read_token: Some(READ.into()),
-        open: false,
-    })
-}
-
-/// A raw HTTP/1.1 exchange, so tests control every header (or its absence).
-pub(crate) fn raw(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.write_all(request.as_bytes()).expect("send");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
-}
-
-pub(crate) fn call(
-    url: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let full = format!("{url}{path}");
-    let mut resp = match method {
-        "GET" => {
-            let mut r = agent.get(&full);
-            if let Some(t) = token {
-                r = r.header("authorization", &format!("Bearer {t}"));
-            }
-            r.call()
-        }
-        _ => {
-            let mut r = agent.post(&full).header("content-type", "application/json");
-            if let Some(t) = token {
-                r = r.header("authorization", &format!("Bearer {t}"));
-            }
-            r.send(body.as_bytes())
-        }
-    }
-    .expect("the server answers");
-    let status = resp.status().as_u16();
-    (status, resp.body_mut().read_to_string().expect("a body"))
-}
-
-pub(crate) fn post(url: &str, path: &str, body: Value) -> Value {
-    let (status, text) = call(url, "POST", path, Some(TOKEN), &body.to_string());
-    assert_eq!(status, 200, "{path}: {text}");
-    assert!(
-        !text.contains("null"),
-        "{path}: optional fields are omitted, never null: {text}"
-    );
-    serde_json::from_str(&text).expect("JSON")
+    server_with(auth(TOKEN, Some(READ)))
 }
 
 #[test]
@@ -422,13 +355,7 @@ fn the_review_route_dates_its_days_by_the_stores_clock() {
     .expect("review");
     assert_eq!(local.scopes.len(), 1);
     assert_eq!(local.scopes[0].counters.inserted, 2);
-    let auth = Auth {
-        token: Some(TOKEN.into()),
-        read_token: None,
-        open: false,
-    };
-    let server = Background::start(AppState::new(store, auth, ContextConfig::default()))
-        .expect("server starts");
+    let server = serve(store, auth(TOKEN, None));
     let (status, body) = call(
         &server.url(),
         "POST",
@@ -534,62 +461,10 @@ proptest! {
     }
 }
 
-/// A `lessons serve` child process on a free loopback port, killed when dropped (a test that
-/// fails, or forgets, leaves no server running after it).
-pub(crate) struct Served {
-    pub(crate) child: Child,
-    pub(crate) url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        // Either fails harmlessly when the test already stopped it.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-pub(crate) fn spawn_serve(dir: &std::path::Path, port: u16) -> Served {
-    let child = Command::new(env!("CARGO_BIN_EXE_lessons"))
-        .args([
-            "--store",
-            dir.to_str().expect("utf-8"),
-            "serve",
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("MEMORY_TOKEN", TOKEN)
-        .env_remove("LESSONS_STORE")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("lessons serve starts");
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok()
-            && call(&url, "GET", "/healthz", None, "").0 == 200
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "lessons serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Served { child, url }
-}
-
 #[test]
 fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().expect("dir");
-    let mut s = spawn_serve(dir.path(), free_port());
+    let mut s = Serve::start(dir.path());
     let w = post(
         &s.url,
         "/write",
@@ -688,13 +563,7 @@ fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
         "{metrics}"
     );
     // SIGTERM: the process finishes and flushes.
-    let pid = s.child.id().to_string();
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let status = s.child.wait().expect("exits");
+    let status = s.terminate();
     assert_eq!(status.code(), Some(0), "a clean shutdown exits 0");
     let store = lessons::EmbeddedStore::open(dir.path()).expect("the store reopens");
     assert_eq!(
@@ -711,8 +580,7 @@ fn a_real_serve_process_round_trips_and_stops_cleanly_on_sigterm() {
 #[test]
 fn every_acknowledged_write_survives_sigkill_under_load() {
     let dir = tempfile::tempdir().expect("dir");
-    let port = free_port();
-    let mut s = spawn_serve(dir.path(), port);
+    let mut s = Serve::start(dir.path());
     let acked = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writers: Vec<_> = (0..8)
@@ -757,7 +625,7 @@ fn every_acknowledged_write_survives_sigkill_under_load() {
         "the load ran: {} writes acknowledged",
         acked.len()
     );
-    let s2 = spawn_serve(dir.path(), free_port());
+    let s2 = Serve::start(dir.path());
     let client =
         lessons::remote::RemoteStore::new(&s2.url, Some(TOKEN.into()), Duration::from_secs(10))
             .expect("client");
@@ -788,18 +656,16 @@ fn every_acknowledged_write_survives_sigkill_under_load() {
         let hits = client.retrieve(&scope, uniq, 1).expect("retrieve");
         assert_eq!(hits.len(), 1, "the index lost {text}");
     }
-    let mut s2 = s2;
-    let _ = s2.child.kill();
-    let _ = s2.child.wait();
+    drop(s2);
 }
 
 #[test]
 fn the_cli_talks_to_a_server_with_dash_dash_server() {
     let dir = tempfile::tempdir().expect("dir");
-    let mut s = spawn_serve(dir.path(), free_port());
+    let mut s = Serve::start(dir.path());
     let cli = |args: &[&str], stdin: &str| {
         use std::io::Write as _;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lessons"))
+        let mut child = crate::util::lessons()
             .args(["--server", &s.url])
             .args(args)
             .env("MEMORY_TOKEN", TOKEN)
@@ -930,15 +796,7 @@ fn a_remote_read_failure_degrades_and_an_older_server_is_reported_as_unsupported
 #[test]
 fn serve_refuses_to_start_without_a_token_unless_told_to_on_loopback() {
     let dir = tempfile::tempdir().expect("dir");
-    let serve = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_lessons"))
-            .args(["--store", dir.path().to_str().expect("utf-8"), "serve"])
-            .args(extra)
-            .env_remove("MEMORY_TOKEN")
-            .env_remove("MEMORY_READ_TOKEN")
-            .output()
-            .expect("runs")
-    };
+    let serve = |extra: &[&str]| Serve::command(dir.path()).no_token().args(extra).refused();
     let no_token = serve(&["--addr", "127.0.0.1:0"]);
     assert_eq!(no_token.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&no_token.stderr).contains("MEMORY_TOKEN"));

@@ -4,17 +4,17 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lessons::remote::RemoteStore;
-use lessons::server::{AppState, Auth, Background};
+use lessons::server::{AppState, Background};
 use lessons::store::{EmbeddedStore, InMemoryStore, MemoryStore, WriteOptions};
 use lessons::{Candidate, ContextConfig, ErrorKind, Record, ScopeKey, Status};
 use serde_json::json;
 
-use crate::server::{call, free_port, post, TOKEN};
+use crate::fixtures::server::{auth, call, free_port, post, serve, serve_state, Serve, TOKEN};
 use crate::util::{exported, fact, run};
 
 /// A size-limited tmpfs, unmounted when dropped (lazily, so a process still holding a file
@@ -76,16 +76,10 @@ fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack
     let fs = Tmpfs::mount(&tmp.path().join("mnt"), "24m");
     let store = fs.0.join("store");
     let log_path = tmp.path().join("serve.log");
-    let port = free_port();
-    let mut child = crate::util::start_serve(
-        &store,
-        port,
-        TOKEN,
-        &[],
-        &[],
-        std::fs::File::create(&log_path).expect("log file").into(),
-    );
-    let url = format!("http://127.0.0.1:{port}");
+    let mut served = Serve::command(&store)
+        .stderr(std::fs::File::create(&log_path).expect("log file"))
+        .start();
+    let url = served.url.clone();
     let filler = fs.fill(300 * 1024);
 
     let pad = "x".repeat(600);
@@ -110,7 +104,7 @@ fn a_full_disk_is_logged_and_the_server_exits_for_a_restart_that_keeps_every_ack
     // The server exits non-zero on its own, so a supervisor restarts it.
     let deadline = Instant::now() + Duration::from_secs(20);
     let code = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
+        if let Some(s) = served.child.try_wait().expect("wait") {
             break s.code();
         }
         assert!(
@@ -209,17 +203,12 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
         }
         crate::delegate_store!(all but write);
     }
-    let auth = Auth {
-        token: Some(TOKEN.to_owned()),
-        read_token: None,
-        open: false,
-    };
     let state = AppState::new(
         Arc::new(FullDisk(InMemoryStore::new())),
-        auth,
+        auth(TOKEN, None),
         ContextConfig::default(),
     );
-    let server = Background::start(Arc::clone(&state)).expect("server");
+    let server = serve_state(Arc::clone(&state));
     let url = server.url();
     assert_eq!(call(&url, "GET", "/healthz", None, "").0, 200);
     let body = json!({"scopeKey": "org:acme", "records": [
@@ -265,17 +254,12 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 #[test]
 fn idle_slow_and_excess_connections_are_closed_and_logged() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
     let log_path = tmp.path().join("serve.log");
-    let mut child = crate::util::start_serve(
-        &tmp.path().join("store"),
-        port,
-        TOKEN,
-        &["--max-connections", "8", "--idle-timeout", "2"],
-        &[],
-        std::fs::File::create(&log_path).expect("log").into(),
-    );
-    let url = format!("http://127.0.0.1:{port}");
+    let mut served = Serve::command(&tmp.path().join("store"))
+        .args(&["--max-connections", "8", "--idle-timeout", "2"])
+        .stderr(std::fs::File::create(&log_path).expect("log"))
+        .start();
+    let (url, port) = (served.url.clone(), served.port);
     // Let the probe connections above be closed as idle before filling the slots.
     std::thread::sleep(Duration::from_millis(2500));
 
@@ -326,10 +310,7 @@ fn idle_slow_and_excess_connections_are_closed_and_logged() {
         post(&url, "/list", json!({"scopeKey": "org:acme", "limit": 5}))["records"],
         json!([])
     );
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    assert_eq!(child.wait().expect("exits").code(), Some(0));
+    assert_eq!(served.terminate().code(), Some(0));
     let log = std::fs::read_to_string(&log_path).expect("log");
     assert!(log.contains("connection limit reached"), "{log}");
     assert!(log.contains("silent too long"), "{log}");
@@ -351,15 +332,10 @@ fn timed_request(port: u16, request: &[u8], within: Duration) -> Option<Duration
 #[test]
 fn sockets_held_open_and_silent_do_not_starve_a_client_with_requests() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let mut child = crate::util::start_serve(
-        &tmp.path().join("store"),
-        port,
-        TOKEN,
-        &["--max-connections", "32", "--idle-timeout", "30"],
-        &[],
-        Stdio::null(),
-    );
+    let served = Serve::command(&tmp.path().join("store"))
+        .args(&["--max-connections", "32", "--idle-timeout", "30"])
+        .start();
+    let port = served.port;
     // More silent sockets than slots, each opened again as soon as it is closed.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let holders: Vec<_> = (0..40)
@@ -393,8 +369,7 @@ fn sockets_held_open_and_silent_do_not_starve_a_client_with_requests() {
     for h in holders {
         let _ = h.join();
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(served);
     eprintln!("answered within 1 s beside 40 silent sockets at 32 slots: {answered} of {tries}");
     assert!(
         answered * 100 >= tries * 95,
@@ -412,15 +387,8 @@ fn a_slow_export_reader_gets_every_record() {
         store.import(&records).expect("import");
         store.close().expect("close");
     }
-    let port = free_port();
-    let mut child = crate::util::start_serve(
-        &dir,
-        port,
-        TOKEN,
-        &["--idle-timeout", "2"],
-        &[],
-        Stdio::null(),
-    );
+    let served = Serve::command(&dir).args(&["--idle-timeout", "2"]).start();
+    let port = served.port;
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.write_all(format!("POST /export HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}").as_bytes())
         .expect("send");
@@ -430,7 +398,7 @@ fn a_slow_export_reader_gets_every_record() {
     // runs (Linux gives each thread a nice value of its own).
     #[cfg(target_os = "linux")]
     assert_eq!(
-        thread_nice(child.id(), "lessons-export"),
+        thread_nice(served.child.id(), "lessons-export"),
         Some(10),
         "the export thread yields the cores"
     );
@@ -438,8 +406,7 @@ fn a_slow_export_reader_gets_every_record() {
         .expect("timeout");
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(served);
     assert!(
         raw.ends_with(b"0\r\n\r\n"),
         "the chunked answer ends with its terminator"
@@ -472,15 +439,6 @@ fn thread_nice(pid: u32, name: &str) -> Option<i32> {
     })
 }
 
-fn server_over(store: Arc<dyn MemoryStore>) -> Background {
-    let auth = Auth {
-        token: Some(TOKEN.to_owned()),
-        read_token: None,
-        open: false,
-    };
-    Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server")
-}
-
 fn big_record(scope: &str, seq: u64) -> Record {
     let scope = ScopeKey::parse(scope).expect("scope");
     let text = format!("lesson {seq}: {}", "z".repeat(3900));
@@ -491,7 +449,7 @@ fn big_record(scope: &str, seq: u64) -> Record {
 fn remote_import_splits_by_bytes_and_export_streams_everything_back() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(EmbeddedStore::open(dir.path()).expect("open"));
-    let server = server_over(store.clone());
+    let server = serve(store.clone(), auth(TOKEN, None));
     let remote = RemoteStore::new(
         &server.url(),
         Some(TOKEN.to_owned()),
@@ -547,18 +505,10 @@ fn the_cli_reports_a_dead_server_instead_of_an_empty_answer() {
 #[test]
 fn serve_refuses_blank_or_short_tokens() {
     for bad in [" ", "short", " rw-secret-0123456789"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_lessons"))
-            .args([
-                "--store",
-                "/nonexistent/never-created",
-                "serve",
-                "--addr",
-                "127.0.0.1:0",
-            ])
-            .env("MEMORY_TOKEN", bad)
-            .env_remove("LESSONS_STORE")
-            .output()
-            .expect("runs");
+        let out = Serve::command(Path::new("/nonexistent/never-created"))
+            .token(bad)
+            .args(&["--addr", "127.0.0.1:0"])
+            .refused();
         assert_eq!(out.status.code(), Some(2), "{bad:?} was accepted");
         assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
     }
@@ -690,15 +640,7 @@ fn a_large_review_streams_a_small_one_is_whole_and_a_late_failure_cuts_the_body(
         }
         store
     };
-    let serve = |store: JournalFails| {
-        let auth = Auth {
-            token: Some(TOKEN.to_owned()),
-            read_token: None,
-            open: false,
-        };
-        let state = AppState::new(Arc::new(store), auth, ContextConfig::default());
-        Background::start(state).expect("server")
-    };
+    let serve = |store: JournalFails| serve(Arc::new(store), auth(TOKEN, None));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()

@@ -39,22 +39,12 @@ fn in_memory(clock: &FakeClock, _: &tempfile::TempDir) -> Made {
 
 /// A `RemoteStore` talking to a live server over an embedded store.
 fn remote(clock: &FakeClock, dir: &tempfile::TempDir) -> Made {
-    use lessons::server::{AppState, Auth, Background};
+    use crate::fixtures::server::{auth, serve, TOKEN};
     let store = Arc::new(embedded_at(clock, dir.path()));
-    let auth = Auth {
-        token: Some("t0ken".into()),
-        read_token: None,
-        open: false,
-    };
-    let server = Background::start(AppState::new(
-        store,
-        auth,
-        lessons::ContextConfig::default(),
-    ))
-    .expect("the server starts");
+    let server = serve(store, auth(TOKEN, None));
     let client = lessons::remote::RemoteStore::new(
         &server.url(),
-        Some("t0ken".into()),
+        Some(TOKEN.into()),
         Duration::from_secs(10),
     )
     .expect("a client");

@@ -13,10 +13,11 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lessons::server::{AppState, Auth, Background};
-use lessons::{ContextConfig, Durability, EmbeddedStore, MemoryStore};
+use lessons::server::Background;
+use lessons::{Durability, EmbeddedStore, MemoryStore};
 use serde_json::Value;
 
+use crate::fixtures::server::{auth, serve};
 use crate::util::FakeClock;
 
 const REFERENCE_TOKEN: &str = "reference-token-0123456789";
@@ -89,13 +90,7 @@ fn every_recorded_answer_of_the_newest_reference_worker_is_answered_byte_for_byt
             .open(dir.path())
             .expect("open"),
     );
-    let auth = Auth {
-        token: Some(REFERENCE_TOKEN.into()),
-        read_token: None,
-        open: false,
-    };
-    let server =
-        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("start");
+    let server = serve(store, auth(REFERENCE_TOKEN, None));
     let addr = server.addr();
     let transcript = include_str!("../data/reference-transcript.jsonl");
     let mut mismatches = Vec::new();
@@ -139,12 +134,7 @@ fn every_recorded_answer_of_the_newest_reference_worker_is_answered_byte_for_byt
 fn a_keyword_with_a_lone_surrogate_survives_export_and_import_through_the_server() {
     let serve = |dir: &std::path::Path| {
         let store: Arc<dyn MemoryStore> = Arc::new(EmbeddedStore::open(dir).expect("open"));
-        let auth = Auth {
-            token: Some(REFERENCE_TOKEN.into()),
-            read_token: None,
-            open: false,
-        };
-        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("start")
+        serve(store, auth(REFERENCE_TOKEN, None))
     };
     let (a, b) = (
         tempfile::tempdir().expect("dir"),

@@ -158,39 +158,6 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).expect("stderr is UTF-8")
 }
 
-/// Starts `lessons --store DIR serve --addr 127.0.0.1:PORT EXTRA…` with `MEMORY_TOKEN` set to
-/// `token` (and `env` added), stderr to `stderr`, and waits until the port accepts connections.
-pub fn start_serve(
-    dir: &std::path::Path,
-    port: u16,
-    token: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-    stderr: Stdio,
-) -> std::process::Child {
-    let child = lessons()
-        .arg("--store")
-        .arg(dir)
-        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-        .args(extra)
-        .env("MEMORY_TOKEN", token)
-        .envs(env.iter().copied())
-        .env_remove("LESSONS_STORE")
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("lessons serve starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "lessons serve did not come up"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    child
-}
-
 /// Delegates the named `MemoryStore` methods of a test double to its field `self.0` (or, as
 /// `delegate_store!(all but write)`, every method but one), so a double writes out only the
 /// methods it changes (and a new trait method is added here once).

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use cutfs::{CutFs, Names, Trigger};
 use serde_json::{json, Value};
 
-use crate::server::{free_port, TOKEN};
+use crate::fixtures::server::{Serve, TOKEN};
 use crate::util::lessons;
 
 /// How long a child may run on after the power is cut before it is killed anyway: what it does
@@ -807,18 +807,13 @@ fn power_loss_under_serve_with_four_writers() {
     for round in 0..knobs.rounds {
         let at = Duration::from_millis(rng.between(400, longest * 1000));
         let rig = Rig::new(&knobs);
-        let port = free_port();
         let log = std::fs::File::create(rig.tmp.path().join("serve.log")).expect("log");
         let config = rig.config.to_str().expect("utf-8 path").to_owned();
-        let mut server = Killed(crate::util::start_serve(
-            &rig.store(),
-            port,
-            TOKEN,
-            &["--config", &config],
-            &[],
-            Stdio::from(log),
-        ));
-        let url = format!("http://127.0.0.1:{port}");
+        let mut server = Serve::command(&rig.store())
+            .args(&["--config", &config])
+            .stderr(log)
+            .start();
+        let url = server.url.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Mutex::new(Vec::new()));
         let writers: Vec<_> = (0..4)
@@ -836,7 +831,7 @@ fn power_loss_under_serve_with_four_writers() {
         while writers.iter().any(|w| !w.is_finished()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        server.kill9();
+        server.kill();
         stop.store(true, Ordering::SeqCst);
         let ends: Vec<String> = writers
             .into_iter()
