@@ -91,15 +91,7 @@ fn main() {
         return;
     }
     // `LESSONS_CRASH_SEED` replays a run (the seed is printed first).
-    let seed = std::env::var("LESSONS_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
-        | 1;
+    let seed = rng::seed_from("LESSONS_CRASH_SEED") | 1;
     println!("crash test seed {seed}");
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("scratch dir");

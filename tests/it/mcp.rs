@@ -46,19 +46,6 @@ fn seeded(dir: &Path) {
     store.close().expect("close");
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).expect("copy");
-        }
-    }
-}
-
 /// A `lessons mcp` child and a JSON-RPC session with it over its stdin and stdout.
 struct Session {
     child: Child,
@@ -228,8 +215,8 @@ fn stdio_answers_every_tool_and_the_prompt_as_the_routes_do() {
     let seed = dir.path().join("seed");
     seeded(&seed);
     let (over_mcp, over_http) = (dir.path().join("mcp"), dir.path().join("http"));
-    copy_dir(&seed, &over_mcp);
-    copy_dir(&seed, &over_http);
+    crate::util::copy_tree(&seed, &over_mcp);
+    crate::util::copy_tree(&seed, &over_http);
 
     let mut s = Session::spawn(&over_mcp);
     let init = s.handshake();

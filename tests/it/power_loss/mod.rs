@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use cutfs::{CutFs, Names, Trigger};
 use serde_json::{json, Value};
 
+use crate::fixtures::rng::Rng;
 use crate::fixtures::server::{Serve, TOKEN};
 use crate::util::lessons;
 
@@ -56,13 +57,7 @@ struct Knobs {
 impl Knobs {
     fn read(scenario: &str, default_rounds: usize) -> Knobs {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let seed = var("LESSONS_POWER_SEED")
-            .map(|s| s.parse().expect("LESSONS_POWER_SEED is a number"))
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
+        let seed = crate::fixtures::rng::seed_from("LESSONS_POWER_SEED");
         let rounds = var("LESSONS_POWER_ROUNDS")
             .map(|s| s.parse().expect("LESSONS_POWER_ROUNDS is a number"))
             .unwrap_or(default_rounds);
@@ -87,26 +82,6 @@ impl Knobs {
             names,
             keep: var("LESSONS_POWER_KEEP").is_some(),
         }
-    }
-}
-
-/// xorshift64, as the crash test: the same seed cuts at the same points.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        // Never zero (xorshift's fixed point), and the low seeds spread.
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-    /// In `lo..=hi`.
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi.saturating_sub(lo) + 1)
     }
 }
 
