@@ -5,13 +5,11 @@
 //! fake clock writes them at those times.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use lessons::server::Background;
-use lessons::{Durability, EmbeddedStore, MemoryStore};
 use serde_json::{json, Value};
 
-use crate::fixtures::server::{auth, call, raw, serve, TOKEN};
+use crate::fixtures::server::{call, raw, serve_like_the_reference, TOKEN};
 use crate::util::{FakeClock, T0};
 
 const DAY: i64 = 24 * 60 * 60 * 1000;
@@ -26,15 +24,7 @@ impl Worker {
     fn start() -> Worker {
         let dir = tempfile::tempdir().expect("dir");
         let clock = FakeClock::new(T0);
-        let store: Arc<dyn MemoryStore> = Arc::new(
-            EmbeddedStore::builder()
-                .clock(clock.clock())
-                .durability(Durability::Buffered)
-                .index_commit(16, Duration::from_millis(5))
-                .open(dir.path())
-                .expect("open"),
-        );
-        let server = serve(store, auth(TOKEN, None));
+        let server = serve_like_the_reference(dir.path(), &clock, TOKEN);
         Worker {
             server,
             clock,

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lessons::server::Background;
-use lessons::{Durability, EmbeddedStore, MemoryStore};
+use lessons::{EmbeddedStore, MemoryStore};
 use serde_json::Value;
 
-use crate::fixtures::server::{auth, serve};
+use crate::fixtures::server::{auth, serve, serve_like_the_reference};
 use crate::util::FakeClock;
 
 const REFERENCE_TOKEN: &str = "reference-token-0123456789";
@@ -82,15 +82,7 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 fn every_recorded_answer_of_the_newest_reference_worker_is_answered_byte_for_byte() {
     let dir = tempfile::tempdir().expect("dir");
     let clock = FakeClock::new(0);
-    let store: Arc<dyn MemoryStore> = Arc::new(
-        EmbeddedStore::builder()
-            .clock(clock.clock())
-            .durability(Durability::Buffered)
-            .index_commit(16, Duration::from_millis(5))
-            .open(dir.path())
-            .expect("open"),
-    );
-    let server = serve(store, auth(REFERENCE_TOKEN, None));
+    let server = serve_like_the_reference(dir.path(), &clock, REFERENCE_TOKEN);
     let addr = server.addr();
     let transcript = include_str!("../data/reference-transcript.jsonl");
     let mut mismatches = Vec::new();

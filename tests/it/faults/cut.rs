@@ -2,11 +2,21 @@
 //! found, writes are refused, and no lost id is handed out again.
 
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
-use lessons::{Candidate, ErrorKind};
+use lessons::{Candidate, ErrorKind, ScopeKey};
 
-use super::{all_records, next_id, write_batches};
+use super::{all_records, next_id, next_id_in, write_batches};
 use crate::fixtures::store::StoreDir;
 use crate::util::{fact, scope};
+
+/// Four writes of ten records to `s`, then `more`; the index commits (as the indexer does every
+/// second), then the process dies, leaving the journal the records' only copy.
+fn forty_then_a_crash(dir: &StoreDir, s: &ScopeKey, more: impl FnOnce(&EmbeddedStore)) {
+    dir.crashed(|store| {
+        write_batches(store, s, 4, 10);
+        more(store);
+        store.flush().expect("flush");
+    });
+}
 
 #[test]
 fn a_journal_cut_after_a_clean_close_loses_nothing() {
@@ -40,11 +50,7 @@ fn a_journal_cut_after_a_clean_close_loses_nothing() {
 fn a_journal_cut_after_a_crash_refuses_writes_and_never_hands_out_a_lost_id() {
     let dir = StoreDir::new();
     let s = scope("repo:a/b");
-    dir.crashed(|store| {
-        write_batches(store, &s, 4, 10);
-        // The index commits (as the indexer does every second), then the process dies.
-        store.flush().expect("flush");
-    });
+    forty_then_a_crash(&dir, &s, |_| {});
     dir.cut_journal(|len| len / 2);
 
     let store = dir
@@ -100,15 +106,13 @@ fn a_journal_cut_after_a_crash_refuses_writes_and_never_hands_out_a_lost_id() {
 fn ids_of_retired_records_lost_with_a_cut_journal_are_never_handed_out_again() {
     let dir = StoreDir::new();
     let s = scope("repo:a/b");
-    dir.crashed(|store| {
-        write_batches(store, &s, 4, 10);
+    forty_then_a_crash(&dir, &s, |store| {
         // The newest records are retired: the keyword index no longer names them.
         for seq in 35..40 {
             assert!(store
                 .forget(&s, &format!("mem:repo:a/b:{seq}"))
                 .expect("forget"));
         }
-        store.flush().expect("flush");
     });
     dir.cut_journal(|len| len / 2);
 
@@ -125,9 +129,7 @@ fn ids_of_retired_records_lost_with_a_cut_journal_are_never_handed_out_again() {
 
     let (to, report) = dir.salvage("salvaged");
     assert_eq!(report.lost.len(), 40 - kept, "{report:?}");
-    let salvaged = EmbeddedStore::open(&to).expect("open the salvaged store");
-    assert_eq!(next_id(&salvaged, &s), "mem:repo:a/b:40");
-    drop(salvaged);
+    assert_eq!(next_id_in(&to, &s), "mem:repo:a/b:40");
 
     let store = dir.try_open().expect("reopen");
     assert!(store.repair().expect("repair accepts the loss").is_ok());
@@ -138,10 +140,7 @@ fn ids_of_retired_records_lost_with_a_cut_journal_are_never_handed_out_again() {
 fn cutting_the_last_batch_after_a_crash_is_caught_by_the_index() {
     let dir = StoreDir::new();
     let s = scope("repo:a/b");
-    dir.crashed(|store| {
-        write_batches(store, &s, 4, 10);
-        store.flush().expect("flush");
-    });
+    forty_then_a_crash(&dir, &s, |_| {});
     dir.cut_journal(|len| len - 2_000);
     let store = dir.try_open().expect("opens for reading");
     let health = store.check().expect("doctor");

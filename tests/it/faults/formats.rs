@@ -75,10 +75,7 @@ fn a_format_3_store_opens_and_its_journal_is_keyed_by_class() {
     // restatement's dedup and an eviction at cap 3, a sweep, and a forget in another scope.
     let dir = StoreDir::from_data("store-format-3");
     let (app, org) = (scope("repo:acme/app"), scope("org:acme"));
-    let all = lessons::DecisionQuery {
-        limit: 100,
-        ..lessons::DecisionQuery::default()
-    };
+    let all = every_decision();
     let of = |event| lessons::DecisionQuery {
         events: vec![event],
         ..all.clone()
@@ -135,6 +132,14 @@ fn a_format_3_store_opens_and_its_journal_is_keyed_by_class() {
     assert!(store.check().expect("doctor").is_ok());
 }
 
+/// A query for every decision of a fixture's scope.
+fn every_decision() -> lessons::DecisionQuery {
+    lessons::DecisionQuery {
+        limit: 100,
+        ..lessons::DecisionQuery::default()
+    }
+}
+
 /// A fixture store opened with a journal that keeps ten years: its entries are dated when the
 /// fixture was written, and a 90-day journal would hide them once the fixture is that old.
 fn open_fixture(dir: &Path) -> lessons::Result<EmbeddedStore> {
@@ -148,10 +153,7 @@ fn a_format_4_store_opens_and_its_never_used_evictions_get_a_key_of_their_own() 
     // evictions (three never used, one used once), and a fact in org:acme.
     let dir = StoreDir::from_data("store-format-4");
     let (app, org) = (scope("repo:acme/app"), scope("org:acme"));
-    let all = lessons::DecisionQuery {
-        limit: 100,
-        ..lessons::DecisionQuery::default()
-    };
+    let all = every_decision();
     let never_used = lessons::DecisionQuery {
         never_used: true,
         ..all.clone()

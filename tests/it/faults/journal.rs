@@ -4,7 +4,7 @@
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
 use lessons::{ErrorKind, Record};
 
-use super::{all_records, next_id, write_batches, write_facts};
+use super::{all_records, next_id, next_id_in, write_batches, write_facts};
 use crate::fixtures::store::StoreDir;
 use crate::util::{fact, scope};
 
@@ -197,6 +197,5 @@ fn a_clean_close_leaves_the_records_in_tables_so_a_deleted_journal_loses_nothing
         report.decisions >= 400,
         "the decision journal comes along: {report:?}"
     );
-    let salvaged = EmbeddedStore::open(&to).expect("open");
-    assert_eq!(next_id(&salvaged, &s), "mem:repo:a/b:400");
+    assert_eq!(next_id_in(&to, &s), "mem:repo:a/b:400");
 }

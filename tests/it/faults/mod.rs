@@ -62,6 +62,11 @@ pub(super) fn next_id(store: &EmbeddedStore, s: &ScopeKey) -> String {
         .clone()
 }
 
+/// The id the next insert gets in the store at `path` (a salvaged copy), opened for it.
+pub(super) fn next_id_in(path: &std::path::Path, s: &ScopeKey) -> String {
+    next_id(&EmbeddedStore::open(path).expect("the copy opens"), s)
+}
+
 /// `(useCount, lastUsedAt)` of `id` in `records`.
 pub(super) fn use_of(records: &[Record], id: &str) -> (u64, Option<i64>) {
     let r = records

@@ -6,7 +6,7 @@ use std::path::Path;
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
 use lessons::{ErrorKind, ScopeKey};
 
-use super::{all_records, next_id, use_of, write_batches, write_facts};
+use super::{all_records, next_id_in, use_of, write_batches, write_facts};
 use crate::fixtures::store::StoreDir;
 use crate::util::{fact, scope};
 
@@ -171,8 +171,7 @@ fn salvage_counts_a_damaged_batch_and_reserves_the_ids_it_held() {
     assert_eq!(report.lost.len(), 20, "one batch of 20 records: {report:?}");
     assert!(report.unreadable >= 20, "{report:?}");
     assert!(report.decisions > 0, "{report:?}");
-    let salvaged = EmbeddedStore::open(&to).expect("open");
-    assert_eq!(next_id(&salvaged, &s), "mem:repo:a/b:400");
+    assert_eq!(next_id_in(&to, &s), "mem:repo:a/b:400");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lessons::{Candidate, Durability, EmbeddedStore, InMemoryStore, MemoryStore};
+use lessons::{Candidate, Durability, EmbeddedStore, InMemoryStore, MemoryStore, ScopeKey};
 
 use super::{open, opts};
 use crate::fixtures::store::StoreDir;
@@ -117,23 +117,11 @@ fn an_unknown_format_version_is_a_clear_error() {
     assert!(e.to_string().contains("format version"), "{e}");
 }
 
-#[test]
-fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store = EmbeddedStore::builder()
-        .durability(Durability::Buffered)
-        .cache_bytes(8 << 20)
-        .scope_cache(16, 4 << 20)
-        .open(dir.path())
-        .expect("open");
-    let before = store.memory();
-    assert_eq!(before.block_cache_capacity, 8 << 20);
-    assert_eq!(before.scope_map_budget, 4 << 20);
-    assert_eq!(before.scope_map, 0, "nothing read yet");
-    let key = scope("repo:acme/app");
+/// Writes one fact to `key`, a lesson the gate lets through.
+fn write_lint_fact(store: &EmbeddedStore, key: &ScopeKey) {
     store
         .write(
-            &key,
+            key,
             &[Candidate::fact(
                 "the lint step runs before the type check",
                 "t",
@@ -141,6 +129,23 @@ fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
             &opts(),
         )
         .expect("write");
+}
+
+#[test]
+fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
+    let dir = StoreDir::new();
+    let store = dir.open_with(
+        EmbeddedStore::builder()
+            .durability(Durability::Buffered)
+            .cache_bytes(8 << 20)
+            .scope_cache(16, 4 << 20),
+    );
+    let before = store.memory();
+    assert_eq!(before.block_cache_capacity, 8 << 20);
+    assert_eq!(before.scope_map_budget, 4 << 20);
+    assert_eq!(before.scope_map, 0, "nothing read yet");
+    let key = scope("repo:acme/app");
+    write_lint_fact(&store, &key);
     store.window(&key, 10).expect("window");
     let after = store.memory();
     assert!(after.memtables > before.memtables, "{after:?}");
@@ -159,25 +164,16 @@ fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
 
 #[test]
 fn an_embedded_store_reports_its_background_work_and_comes_to_rest() {
-    let dir = tempfile::tempdir().expect("dir");
+    let dir = StoreDir::new();
     // The indexer's rounds come every 50 ms here; the pruner runs after each.
-    let store = EmbeddedStore::builder()
-        .durability(Durability::Buffered)
-        .index_commit(1_000_000, Duration::from_millis(50))
-        .open(dir.path())
-        .expect("open");
+    let store = dir.open_with(
+        EmbeddedStore::builder()
+            .durability(Durability::Buffered)
+            .index_commit(1_000_000, Duration::from_millis(50)),
+    );
     assert!(store.upkeep().at_rest(), "{:?}", store.upkeep());
     let key = scope("repo:acme/app");
-    store
-        .write(
-            &key,
-            &[Candidate::fact(
-                "the lint step runs before the type check",
-                "t",
-            )],
-            &opts(),
-        )
-        .expect("write");
+    write_lint_fact(&store, &key);
     store.flush().expect("flush");
     assert_eq!(store.upkeep().index_pending_changes, 0);
     // The write's journal entry has the pruner count the scope's journal, within a round.
@@ -199,8 +195,8 @@ fn an_embedded_store_reports_its_background_work_and_comes_to_rest() {
 
 #[test]
 fn a_synced_store_counts_and_times_the_fsyncs_its_writes_waited_on() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store = EmbeddedStore::open(dir.path()).expect("open");
+    let dir = StoreDir::new();
+    let store = dir.open();
     let key = scope("repo:acme/app");
     let before = store.upkeep().journal_syncs;
     for i in 0..3 {
