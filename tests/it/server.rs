@@ -2,7 +2,6 @@
 //! `lessons serve` process, and durability when that process is killed under load.
 
 use std::io::{Read, Write};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -664,20 +663,12 @@ fn the_cli_talks_to_a_server_with_dash_dash_server() {
     let dir = tempfile::tempdir().expect("dir");
     let mut s = Serve::start(dir.path());
     let cli = |args: &[&str], stdin: &str| {
-        use std::io::Write as _;
-        let mut child = crate::util::lessons()
+        let mut command = crate::util::lessons();
+        command
             .args(["--server", &s.url])
             .args(args)
-            .env("MEMORY_TOKEN", TOKEN)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("lessons runs");
-        let mut input = child.stdin.take().expect("piped");
-        let _ = input.write_all(stdin.as_bytes());
-        drop(input);
-        child.wait_with_output().expect("exits")
+            .env("MEMORY_TOKEN", TOKEN);
+        crate::util::run_with(command, stdin.as_bytes())
     };
     let w = cli(
         &["write", "--scope", "repo", "--repo", "acme/app", "--json"],

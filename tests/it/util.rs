@@ -105,10 +105,16 @@ pub fn lessons() -> Command {
 
 /// Runs `lessons ARGS` with `stdin` and returns its output.
 pub fn run(args: &[&str], stdin: &str) -> Output {
+    let mut command = lessons();
+    command.args(args).env_remove("LESSONS_STORE");
+    run_with(command, stdin.as_bytes())
+}
+
+/// Runs `command` (the binary, its arguments and environment set) with `stdin` and returns
+/// its output.
+pub fn run_with(mut command: Command, stdin: &[u8]) -> Output {
     use std::io::Write;
-    let mut child = lessons()
-        .args(args)
-        .env_remove("LESSONS_STORE")
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -116,7 +122,7 @@ pub fn run(args: &[&str], stdin: &str) -> Output {
         .expect("the lessons binary starts");
     let mut input = child.stdin.take().expect("stdin is piped");
     // A command that fails before reading stdin closes it: that is its answer, not a test error.
-    if let Err(e) = input.write_all(stdin.as_bytes()) {
+    if let Err(e) = input.write_all(stdin) {
         assert_eq!(
             e.kind(),
             std::io::ErrorKind::BrokenPipe,

@@ -308,19 +308,12 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 /// Runs the binary on an ordinary directory (the durable tree) and returns its exit code,
 /// stdout and stderr.
 fn run(cwd: &Path, args: &[&std::ffi::OsStr], stdin: &str) -> (i32, String, String) {
-    let mut child = lessons()
+    let mut command = lessons();
+    command
         .args(args)
         .env_remove("LESSONS_STORE")
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the lessons binary starts");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    let _ = input.write_all(stdin.as_bytes());
-    drop(input);
-    let out = child.wait_with_output().expect("the lessons binary exits");
+        .current_dir(cwd);
+    let out = crate::util::run_with(command, stdin.as_bytes());
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
