@@ -19,6 +19,7 @@ mod reference_cases;
 mod reflection;
 mod review;
 mod sealed;
+mod serve;
 mod server;
 mod server_faults;
 mod server_origin;
