@@ -21,6 +21,7 @@ mod review;
 mod sealed;
 mod serve;
 mod server;
+mod server_connections;
 mod server_faults;
 mod server_origin;
 mod store;
