@@ -17,6 +17,12 @@ use std::time::{Duration, Instant};
 
 use lessons::{Candidate, EmbeddedStore, Kind, MemoryStore, ScopeKey, Status, WriteOptions};
 
+/// The tests' one seeded generator, seeded here from the clock: each run kills at different
+/// points.
+#[path = "it/fixtures/rng.rs"]
+mod rng;
+use rng::Rng;
+
 const CHILD: &str = "LESSONS_CRASH_CHILD";
 const START: &str = "LESSONS_CRASH_START";
 /// Rounds (kill points) unless `LESSONS_CRASH_ROUNDS` says otherwise.
@@ -75,17 +81,6 @@ fn child(dir: &str, start: u64) {
     }
 }
 
-/// A small xorshift generator seeded from the clock: each run kills at different points.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 fn main() {
     if let Ok(dir) = std::env::var(CHILD) {
         let start = std::env::var(START)
@@ -96,17 +91,9 @@ fn main() {
         return;
     }
     // `LESSONS_CRASH_SEED` replays a run (the seed is printed first).
-    let seed = std::env::var("LESSONS_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
-        | 1;
+    let seed = rng::seed_from("LESSONS_CRASH_SEED") | 1;
     println!("crash test seed {seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("scratch dir");
     let path = dir.path().to_str().expect("utf-8 path").to_owned();
     let exe = std::env::current_exe().expect("own path");
@@ -127,16 +114,16 @@ fn main() {
         let stdout = proc.stdout.take().expect("piped");
         // One round in five kills during open (recovery, index replay); the others after
         // 1–40 acks.
-        let kill_after = if rng.next(5) == 0 {
+        let kill_after = if rng.below(5) == 0 {
             0
         } else {
-            1 + rng.next(40)
+            1 + rng.below(40)
         };
         let mut lines = BufReader::new(stdout).lines();
         let started = Instant::now();
         let mut seen = 0;
         if kill_after == 0 {
-            std::thread::sleep(Duration::from_micros(rng.next(30_000)));
+            std::thread::sleep(Duration::from_micros(rng.below(30_000)));
         }
         while seen < kill_after && started.elapsed() < Duration::from_secs(60) {
             match lines.next() {
@@ -152,7 +139,7 @@ fn main() {
             }
         }
         // Land the kill between acks, inside the next write, at a random depth.
-        std::thread::sleep(Duration::from_micros(rng.next(3000)));
+        std::thread::sleep(Duration::from_micros(rng.below(3000)));
         proc.kill().expect("SIGKILL");
         let status = proc.wait().expect("reaped");
         assert!(!status.success(), "the child must die by the signal");
@@ -230,7 +217,7 @@ fn main() {
         let sample: Vec<u64> = present
             .iter()
             .copied()
-            .filter(|i| *i >= next || rng.next(present.len() as u64 / 20 + 1) == 0)
+            .filter(|i| *i >= next || rng.below(present.len() as u64 / 20 + 1) == 0)
             .filter(|i| !evicted.contains(&reflection(*i)[1].text))
             .collect();
         for i in &sample {

@@ -92,19 +92,9 @@ fn usage_errors_are_one_line_and_exit_two() {
 
 #[test]
 fn invalid_utf8_on_stdin_is_an_error_with_the_line_number() {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = crate::util::lessons()
-        .arg("gate")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut stdin = child.stdin.take().expect("piped");
-    stdin.write_all(b"fine\n\xff\xfe\n").expect("writes");
-    drop(stdin);
-    let out = child.wait_with_output().expect("exits");
+    let mut gate = crate::util::lessons();
+    gate.arg("gate");
+    let out = crate::util::run_with(gate, b"fine\n\xff\xfe\n");
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("line 2 is not valid UTF-8"));
 }

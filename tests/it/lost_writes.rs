@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use crate::util::{copy_tree, in_store, stderr, stdout};
+use crate::fixtures::store::StoreDir;
+use crate::util::{in_store, stderr, stdout};
 
 const SCOPE: &str = "repo:acme/app";
 
@@ -44,25 +45,21 @@ fn refused(out: &std::process::Output) -> bool {
 
 #[test]
 fn a_found_loss_survives_reads_and_restarts_until_a_repair_and_no_lost_id_returns() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store = dir.path().join("store");
-    let after_first = dir.path().join("after-first");
+    let dir = StoreDir::new();
+    let store = dir.path();
+    let mut after_first = None;
     for batch in 0..4 {
-        let w = write_batch(&store, batch, 4);
+        let w = write_batch(store, batch, 4);
         assert_eq!(w.status.code(), Some(0), "{}", stderr(&w));
         if batch == 0 {
-            copy_tree(&store.join("records"), &after_first.join("records"));
-            copy_tree(&store.join("index"), &after_first.join("index"));
+            after_first = Some(dir.snapshot(&["records", "index"]));
         }
     }
-    assert_eq!(ids(&store).len(), 16);
+    assert_eq!(ids(store).len(), 16);
     // The records and the index go back to the first batch; the witnesses beside them stay.
-    for part in ["records", "index"] {
-        std::fs::remove_dir_all(store.join(part)).expect("remove");
-        copy_tree(&after_first.join(part), &store.join(part));
-    }
+    dir.roll_back(&after_first.expect("taken after the first batch"));
     assert!(
-        refused(&write_batch(&store, 9, 1)),
+        refused(&write_batch(store, 9, 1)),
         "the first write after the loss"
     );
 
@@ -78,7 +75,7 @@ fn a_found_loss_survives_reads_and_restarts_until_a_repair_and_no_lost_id_return
     ];
     for round in 0..2 {
         for args in reads {
-            let out = in_store(&store, args, "");
+            let out = in_store(store, args, "");
             let code = out.status.code();
             if args[0] == "doctor" {
                 assert_eq!(code, Some(1), "doctor finds the loss: {}", stdout(&out));
@@ -92,7 +89,7 @@ fn a_found_loss_survives_reads_and_restarts_until_a_repair_and_no_lost_id_return
                     assert!(stdout(&out).contains(&id), "doctor names {id}");
                 }
             }
-            let w = write_batch(&store, 10 + round, 1);
+            let w = write_batch(store, 10 + round, 1);
             assert!(
                 refused(&w),
                 "a write after `{}` (round {round}) is still refused: {} {}",
@@ -103,11 +100,11 @@ fn a_found_loss_survives_reads_and_restarts_until_a_repair_and_no_lost_id_return
         }
     }
 
-    let repair = in_store(&store, &["doctor", "--repair"], "");
+    let repair = in_store(store, &["doctor", "--repair"], "");
     assert_eq!(repair.status.code(), Some(0), "{}", stderr(&repair));
-    let w = write_batch(&store, 20, 3);
+    let w = write_batch(store, 20, 3);
     assert_eq!(w.status.code(), Some(0), "after the repair: {}", stderr(&w));
-    let mut now = ids(&store);
+    let mut now = ids(store);
     now.sort();
     let mut expected: Vec<String> = (0..4)
         .chain(16..19)
@@ -118,31 +115,30 @@ fn a_found_loss_survives_reads_and_restarts_until_a_repair_and_no_lost_id_return
         now, expected,
         "the new records take ids past every lost one"
     );
-    let check = in_store(&store, &["doctor"], "");
+    let check = in_store(store, &["doctor"], "");
     assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
 }
 
 #[test]
 fn ids_a_witness_saw_are_not_handed_out_again_even_when_the_loss_went_unseen() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store = dir.path().join("store");
-    let after_first = dir.path().join("after-first");
+    let dir = StoreDir::new();
+    let store = dir.path();
+    let mut after_first = None;
     for batch in 0..3 {
-        let w = write_batch(&store, batch, 2);
+        let w = write_batch(store, batch, 2);
         assert_eq!(w.status.code(), Some(0), "{}", stderr(&w));
         if batch == 0 {
-            copy_tree(&store, &after_first);
+            after_first = Some(dir.snapshot(&[]));
         }
     }
     // Everything goes back to the first batch but the witness of acknowledged ids: no
     // witness of batches proves a loss, yet the ids it names were acknowledged.
     let witness = std::fs::read(store.join("next-ids")).expect("next-ids");
-    std::fs::remove_dir_all(&store).expect("remove");
-    copy_tree(&after_first, &store);
+    dir.roll_back(&after_first.expect("taken after the first batch"));
     std::fs::write(store.join("next-ids"), witness).expect("restore the witness");
-    let w = write_batch(&store, 7, 1);
+    let w = write_batch(store, 7, 1);
     assert_eq!(w.status.code(), Some(0), "{}", stderr(&w));
-    let mut now = ids(&store);
+    let mut now = ids(store);
     now.sort();
     assert_eq!(
         now,

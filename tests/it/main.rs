@@ -5,6 +5,7 @@
 mod cli;
 mod context;
 mod faults;
+mod fixtures;
 mod fts;
 mod fuzz_corpus;
 mod gate;
@@ -18,7 +19,9 @@ mod reference_cases;
 mod reflection;
 mod review;
 mod sealed;
+mod serve;
 mod server;
+mod server_connections;
 mod server_faults;
 mod server_origin;
 mod store;

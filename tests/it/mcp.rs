@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lessons::{Candidate, EmbeddedStore, MemoryStore, WriteOptions};
 use serde_json::{json, Value};
 
-use crate::server::{call, free_port, spawn_serve, TOKEN};
+use crate::fixtures::server::{call, Serve, TOKEN};
 use crate::util::{lessons, scope, stderr};
 
 const READ_TOKEN: &str = "ro-secret-0123456789";
@@ -44,19 +44,6 @@ fn seeded(dir: &Path) {
         )
         .expect("write");
     store.close().expect("close");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).expect("copy");
-        }
-    }
 }
 
 /// A `lessons mcp` child and a JSON-RPC session with it over its stdin and stdout.
@@ -228,8 +215,8 @@ fn stdio_answers_every_tool_and_the_prompt_as_the_routes_do() {
     let seed = dir.path().join("seed");
     seeded(&seed);
     let (over_mcp, over_http) = (dir.path().join("mcp"), dir.path().join("http"));
-    copy_dir(&seed, &over_mcp);
-    copy_dir(&seed, &over_http);
+    crate::util::copy_tree(&seed, &over_mcp);
+    crate::util::copy_tree(&seed, &over_http);
 
     let mut s = Session::spawn(&over_mcp);
     let init = s.handshake();
@@ -329,7 +316,7 @@ fn stdio_answers_every_tool_and_the_prompt_as_the_routes_do() {
     assert!(status.success(), "a closed stdin ends it with 0: {err}");
 
     // The same calls, as routes, on a copy of the same store.
-    let served = spawn_serve(&over_http, free_port());
+    let served = Serve::start(&over_http);
     for ((tool, _, path, body), mcp) in run_calls().into_iter().zip(&answers) {
         let (status, text) = call(&served.url, "POST", path, Some(TOKEN), &body.to_string());
         assert_eq!(status, 200, "{path}: {text}");
@@ -408,16 +395,8 @@ fn mcp_post(url: &str, token: Option<&str>, id: u64, method: &str, params: Value
 fn http_serves_the_tools_a_token_may_call() {
     let dir = tempfile::tempdir().expect("dir");
     seeded(dir.path());
-    let port = free_port();
-    let mut child = crate::util::start_serve(
-        dir.path(),
-        port,
-        TOKEN,
-        &[],
-        &[("MEMORY_READ_TOKEN", READ_TOKEN)],
-        Stdio::null(),
-    );
-    let url = format!("http://127.0.0.1:{port}");
+    let served = Serve::command(dir.path()).read_token(READ_TOKEN).start();
+    let url = served.url.clone();
     let init = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
 
     // No token: refused before the protocol.
@@ -478,8 +457,7 @@ fn http_serves_the_tools_a_token_may_call() {
     assert!(wrong["error"]["message"]
         .as_str()
         .is_some_and(|m| m.contains("org")));
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(served);
 }
 
 /// The protocol's own TypeScript client (npm `@modelcontextprotocol/sdk`, installed in
@@ -491,28 +469,19 @@ fn the_typescript_client_drives_stdio_and_http() {
     let (stdio_store, http_store) = (dir.path().join("stdio"), dir.path().join("http"));
     seeded(&stdio_store);
     seeded(&http_store);
-    let port = free_port();
-    let mut server = crate::util::start_serve(
-        &http_store,
-        port,
-        TOKEN,
-        &[],
-        &[("MEMORY_READ_TOKEN", READ_TOKEN)],
-        Stdio::null(),
-    );
+    let mut server = Serve::command(&http_store).read_token(READ_TOKEN).start();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.mjs");
     let out = Command::new("node")
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_lessons"))
         .arg(&stdio_store)
-        .arg(format!("http://127.0.0.1:{port}/mcp"))
+        .arg(format!("{}/mcp", server.url))
         .arg(TOKEN)
         .arg(READ_TOKEN)
         .env_remove("LESSONS_STORE")
         .output()
         .expect("node runs");
-    let _ = server.kill();
-    let _ = server.wait();
+    server.kill();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

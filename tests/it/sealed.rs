@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use lessons::model::content_hash;
 use lessons::remote::RemoteStore;
-use lessons::server::{AppState, Auth, Background};
 use lessons::store::{EmbeddedStore, ListQuery, MemoryStore, WriteOptions};
-use lessons::{Candidate, ContextConfig, Record, ScopeKey};
+use lessons::{Candidate, Record, ScopeKey};
 use serde_json::json;
 
-use crate::server::TOKEN;
+use crate::fixtures::server::{auth, serve, TOKEN};
 
 /// What the bot does before it writes (`sealMemoryCandidate`): keywords default to the text's
 /// tokens, then the provenance names the scope and the hash of the content.
@@ -227,13 +226,7 @@ fn a_bot_sealed_record_stays_valid_in_the_embedded_store_across_export_import_an
 fn a_bot_sealed_record_stays_valid_through_the_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(EmbeddedStore::open(dir.path()).expect("open"));
-    let auth = Auth {
-        token: Some(TOKEN.to_owned()),
-        read_token: None,
-        open: false,
-    };
-    let server =
-        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server");
+    let server = serve(store, auth(TOKEN, None));
     let remote = RemoteStore::new(
         &server.url(),
         Some(TOKEN.to_owned()),
@@ -248,18 +241,12 @@ fn a_bot_sealed_record_stays_valid_through_the_server() {
 fn provenance_is_refused_dropped_merged_and_emitted_as_the_reference_does() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(EmbeddedStore::open(dir.path()).expect("open"));
-    let auth = Auth {
-        token: Some(TOKEN.to_owned()),
-        read_token: None,
-        open: false,
-    };
-    let server =
-        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("server");
+    let server = serve(store, auth(TOKEN, None));
     let url = server.url();
     let scope = ScopeKey::parse("repo:acme/web").expect("scope");
     let post = |path: &str, body: serde_json::Value| {
         let (status, text) =
-            crate::server::call(&url, "POST", path, Some(TOKEN), &body.to_string());
+            crate::fixtures::server::call(&url, "POST", path, Some(TOKEN), &body.to_string());
         (
             status,
             serde_json::from_str::<serde_json::Value>(&text).expect("json"),

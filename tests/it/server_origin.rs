@@ -6,16 +6,15 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lessons::internals::contract::{Access, GetRoute, PostRoute, Route};
-use lessons::server::{AppState, Auth, Background};
-use lessons::{ContextConfig, InMemoryStore, MemoryStore, Status, WriteOptions};
+use lessons::server::{Auth, Background};
+use lessons::{InMemoryStore, MemoryStore, Status, WriteOptions};
 use serde_json::{json, Value};
 
-use crate::server::{call, free_port, Served as Process, TOKEN};
+use crate::fixtures::server::{call, serve, Serve, TOKEN};
 use crate::util::{fact, fact_record, scope};
 
 /// What a page of the attack would have a coding agent run.
@@ -42,8 +41,7 @@ impl Served {
             )
             .expect("seeded");
         let shared: Arc<dyn MemoryStore> = store.clone();
-        let server = Background::start(AppState::new(shared, auth, ContextConfig::default()))
-            .expect("server starts");
+        let server = serve(shared, auth);
         Served { server, store }
     }
 
@@ -447,34 +445,15 @@ fn no_route_answers_a_cors_preflight() {
 fn the_reported_attack_stores_nothing_and_is_logged() {
     let dir = tempfile::tempdir().expect("dir");
     let log = tempfile::NamedTempFile::new().expect("log file");
-    let port = free_port();
     // Killed when dropped: a failing assertion leaves no server behind.
-    let child = Command::new(env!("CARGO_BIN_EXE_lessons"))
-        .arg("--store")
-        .arg(dir.path())
-        .args(["serve", "--insecure-no-auth", "--addr"])
-        .arg(format!("127.0.0.1:{port}"))
-        .env_remove("MEMORY_TOKEN")
-        .env_remove("MEMORY_READ_TOKEN")
-        .env_remove("LESSONS_STORE")
+    let mut served = Serve::command(dir.path())
+        .no_token()
+        .args(&["--insecure-no-auth"])
         .env_remove("LESSONS_LOG")
-        .stdout(Stdio::null())
         .stderr(log.reopen().expect("log file"))
-        .spawn()
-        .expect("lessons serve starts");
-    let url = format!("http://127.0.0.1:{port}");
-    let mut served = Process {
-        child,
-        url: url.clone(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !TcpStream::connect(("127.0.0.1", port))
-        .is_ok_and(|_| call(&url, "GET", "/healthz", None, "").0 == 200)
-    {
-        assert!(Instant::now() < deadline, "lessons serve did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        .start();
+    let (url, port) = (served.url.clone(), served.port);
+    let addr = served.addr();
     let planted = json!({"scopeKey": "repo:a/b", "records": [
         {"kind": "fact", "text": PLANTED, "sourceThreadKey": "t"}
     ]})
@@ -506,7 +485,7 @@ fn the_reported_attack_stores_nothing_and_is_logged() {
     export.is_refusal("the rebound page's export");
 
     // The CLI, without a token, lists repo:a/b through the server: nothing was planted.
-    let listed = Command::new(env!("CARGO_BIN_EXE_lessons"))
+    let listed = crate::util::lessons()
         .args(["--server", &url, "list", "--scope", "repo:a/b", "--json"])
         .env_remove("MEMORY_TOKEN")
         .env_remove("LESSONS_STORE")
@@ -520,12 +499,7 @@ fn the_reported_attack_stores_nothing_and_is_logged() {
     );
     assert_eq!(call(&url, "GET", "/healthz", None, "").0, 200);
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &served.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    assert_eq!(served.child.wait().expect("exits").code(), Some(0));
+    assert_eq!(served.terminate().code(), Some(0));
     let logged = std::fs::read_to_string(log.path()).expect("the log");
     let line = |needle: &str| {
         logged

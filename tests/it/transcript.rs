@@ -13,10 +13,11 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lessons::server::{AppState, Auth, Background};
-use lessons::{ContextConfig, Durability, EmbeddedStore, MemoryStore};
+use lessons::server::Background;
+use lessons::{EmbeddedStore, MemoryStore};
 use serde_json::Value;
 
+use crate::fixtures::server::{auth, serve, serve_like_the_reference};
 use crate::util::FakeClock;
 
 const REFERENCE_TOKEN: &str = "reference-token-0123456789";
@@ -81,21 +82,7 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 fn every_recorded_answer_of_the_newest_reference_worker_is_answered_byte_for_byte() {
     let dir = tempfile::tempdir().expect("dir");
     let clock = FakeClock::new(0);
-    let store: Arc<dyn MemoryStore> = Arc::new(
-        EmbeddedStore::builder()
-            .clock(clock.clock())
-            .durability(Durability::Buffered)
-            .index_commit(16, Duration::from_millis(5))
-            .open(dir.path())
-            .expect("open"),
-    );
-    let auth = Auth {
-        token: Some(REFERENCE_TOKEN.into()),
-        read_token: None,
-        open: false,
-    };
-    let server =
-        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("start");
+    let server = serve_like_the_reference(dir.path(), &clock, REFERENCE_TOKEN);
     let addr = server.addr();
     let transcript = include_str!("../data/reference-transcript.jsonl");
     let mut mismatches = Vec::new();
@@ -139,12 +126,7 @@ fn every_recorded_answer_of_the_newest_reference_worker_is_answered_byte_for_byt
 fn a_keyword_with_a_lone_surrogate_survives_export_and_import_through_the_server() {
     let serve = |dir: &std::path::Path| {
         let store: Arc<dyn MemoryStore> = Arc::new(EmbeddedStore::open(dir).expect("open"));
-        let auth = Auth {
-            token: Some(REFERENCE_TOKEN.into()),
-            read_token: None,
-            open: false,
-        };
-        Background::start(AppState::new(store, auth, ContextConfig::default())).expect("start")
+        serve(store, auth(REFERENCE_TOKEN, None))
     };
     let (a, b) = (
         tempfile::tempdir().expect("dir"),

@@ -105,10 +105,16 @@ pub fn lessons() -> Command {
 
 /// Runs `lessons ARGS` with `stdin` and returns its output.
 pub fn run(args: &[&str], stdin: &str) -> Output {
+    let mut command = lessons();
+    command.args(args).env_remove("LESSONS_STORE");
+    run_with(command, stdin.as_bytes())
+}
+
+/// Runs `command` (the binary, its arguments and environment set) with `stdin` and returns
+/// its output.
+pub fn run_with(mut command: Command, stdin: &[u8]) -> Output {
     use std::io::Write;
-    let mut child = lessons()
-        .args(args)
-        .env_remove("LESSONS_STORE")
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -116,7 +122,7 @@ pub fn run(args: &[&str], stdin: &str) -> Output {
         .expect("the lessons binary starts");
     let mut input = child.stdin.take().expect("stdin is piped");
     // A command that fails before reading stdin closes it: that is its answer, not a test error.
-    if let Err(e) = input.write_all(stdin.as_bytes()) {
+    if let Err(e) = input.write_all(stdin) {
         assert_eq!(
             e.kind(),
             std::io::ErrorKind::BrokenPipe,
@@ -156,39 +162,6 @@ pub fn stdout(out: &Output) -> String {
 /// The stderr of an output as text.
 pub fn stderr(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).expect("stderr is UTF-8")
-}
-
-/// Starts `lessons --store DIR serve --addr 127.0.0.1:PORT EXTRA…` with `MEMORY_TOKEN` set to
-/// `token` (and `env` added), stderr to `stderr`, and waits until the port accepts connections.
-pub fn start_serve(
-    dir: &std::path::Path,
-    port: u16,
-    token: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-    stderr: Stdio,
-) -> std::process::Child {
-    let child = lessons()
-        .arg("--store")
-        .arg(dir)
-        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-        .args(extra)
-        .env("MEMORY_TOKEN", token)
-        .envs(env.iter().copied())
-        .env_remove("LESSONS_STORE")
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("lessons serve starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "lessons serve did not come up"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    child
 }
 
 /// Delegates the named `MemoryStore` methods of a test double to its field `self.0` (or, as

@@ -33,11 +33,7 @@ impl Browser {
             .expect(
                 "Debian's chromium is installed (.ci/run installs chromium and chromium-driver)",
             );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
+        let port = crate::fixtures::server::free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())

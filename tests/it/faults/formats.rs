@@ -1,0 +1,305 @@
+//! Stores written by earlier builds (`tests/data/store-format-*`) open, and are upgraded in
+//! place to the current format without losing a record, a use or a journal entry.
+
+use std::path::Path;
+
+use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
+use lessons::Record;
+
+use super::{all_records, use_of};
+use crate::fixtures::store::StoreDir;
+use crate::util::{fact, scope};
+
+#[test]
+fn a_format_1_store_opens_and_is_upgraded_in_place() {
+    // Written by the build before dedup keys became one per normalized text (format 1): two
+    // scopes, a dedup, two supersedes, a sweep, a retrieve, and two active records with the
+    // same text in org:acme.
+    let dir = StoreDir::from_data("store-format-1");
+    let before: Vec<Record> = dir.closed(|store| {
+        let health = store.check().expect("doctor");
+        assert!(health.is_ok(), "{health:?}");
+        let records = all_records(store);
+        assert_eq!(records.len(), 8);
+        // Dedup goes through the new keys: the same lesson in other case and spacing.
+        let app = scope("repo:acme/app");
+        let counts = store
+            .write(
+                &app,
+                &[fact("RUN npm ci   before the license check")],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+        assert_eq!(counts.deduped, 1, "{counts:?}");
+        let org = scope("org:acme");
+        let counts = store
+            .write(
+                &org,
+                &[fact("the cache key includes the lockfile hash")],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+        assert_eq!(
+            counts.deduped, 1,
+            "two records share the text: the lower one is bumped"
+        );
+        records
+    });
+    let store = dir.try_open().expect("reopens as the current format");
+    assert!(store.check().expect("doctor").is_ok());
+    let after = all_records(&store);
+    for r in &before {
+        let now = after
+            .iter()
+            .find(|a| a.id == r.id)
+            .expect("every record is kept");
+        assert_eq!((&now.text, &now.status), (&r.text, &r.status));
+    }
+    let org = scope("org:acme");
+    let bumped = after
+        .iter()
+        .find(|r| r.id == org.record_id(1))
+        .expect("mem:org:acme:1");
+    assert_eq!(bumped.use_count, 2);
+    drop(store);
+    assert_eq!(
+        stored_format(&dir),
+        Some(vec![5]),
+        "the store says the current format"
+    );
+}
+
+#[test]
+fn a_format_3_store_opens_and_its_journal_is_keyed_by_class() {
+    // Written by the build before journal keys held their event (format 3): three facts, a
+    // restatement's dedup and an eviction at cap 3, a sweep, and a forget in another scope.
+    let dir = StoreDir::from_data("store-format-3");
+    let (app, org) = (scope("repo:acme/app"), scope("org:acme"));
+    let all = every_decision();
+    let of = |event| lessons::DecisionQuery {
+        events: vec![event],
+        ..all.clone()
+    };
+    {
+        let store = open_fixture(dir.path()).expect("a format 3 store opens");
+        assert!(store.check().expect("doctor").is_ok());
+        let events: Vec<lessons::DecisionEvent> = store
+            .decisions(&app, &all)
+            .expect("journal")
+            .iter()
+            .map(|d| d.event)
+            .collect();
+        use lessons::DecisionEvent as E;
+        assert_eq!(
+            events,
+            [
+                E::Swept,
+                E::Evicted,
+                E::Inserted,
+                E::Deduped,
+                E::Inserted,
+                E::Inserted,
+                E::Inserted
+            ],
+            "every entry kept, newest first"
+        );
+        let swept = store.decisions(&app, &of(E::Swept)).expect("journal");
+        assert_eq!(swept.len(), 1);
+        assert_eq!(swept[0].texts, ["PR 12 was merged"]);
+        assert_eq!(swept[0].markers, ["reference", "delivery"]);
+        let inserted = store.decisions(&app, &of(E::Inserted)).expect("journal");
+        assert_eq!(inserted.len(), 4);
+        assert_eq!(
+            inserted[0].texts,
+            ["the e2e suite needs PLAYWRIGHT_BROWSERS_PATH=0"]
+        );
+        let forgotten = store.decisions(&org, &of(E::Forgotten)).expect("journal");
+        assert_eq!(forgotten.len(), 1);
+        assert!(store
+            .decisions(&org, &of(E::Swept))
+            .expect("journal")
+            .is_empty());
+        store.close().expect("close");
+    }
+    assert_eq!(
+        stored_format(&dir),
+        Some(vec![5]),
+        "the store says the current format"
+    );
+    // Reopened as the current format, the journal reads the same.
+    let store = open_fixture(dir.path()).expect("reopens");
+    assert_eq!(store.decisions(&app, &all).expect("journal").len(), 7);
+    assert!(store.check().expect("doctor").is_ok());
+}
+
+/// A query for every decision of a fixture's scope.
+fn every_decision() -> lessons::DecisionQuery {
+    lessons::DecisionQuery {
+        limit: 100,
+        ..lessons::DecisionQuery::default()
+    }
+}
+
+/// A fixture store opened with a journal that keeps ten years: its entries are dated when the
+/// fixture was written, and a 90-day journal would hide them once the fixture is that old.
+fn open_fixture(dir: &Path) -> lessons::Result<EmbeddedStore> {
+    EmbeddedStore::builder().journal(3650, 10_000).open(dir)
+}
+
+#[test]
+fn a_format_4_store_opens_and_its_never_used_evictions_get_a_key_of_their_own() {
+    // Written by the build whose journal kept every eviction under the event's byte (format
+    // 4): five facts at cap 3, one of them retrieved, then a sixth at cap 2, so four
+    // evictions (three never used, one used once), and a fact in org:acme.
+    let dir = StoreDir::from_data("store-format-4");
+    let (app, org) = (scope("repo:acme/app"), scope("org:acme"));
+    let all = every_decision();
+    let never_used = lessons::DecisionQuery {
+        never_used: true,
+        ..all.clone()
+    };
+    let ids = |v: &[lessons::Decision]| v.iter().map(|d| d.ids[0].clone()).collect::<Vec<_>>();
+    let before = {
+        let store = open_fixture(dir.path()).expect("a format 4 store opens");
+        assert!(store.check().expect("doctor").is_ok());
+        let every = store.decisions(&app, &all).expect("journal");
+        assert_eq!(every.len(), 10, "six inserts and four evictions: {every:?}");
+        let unused = store.decisions(&app, &never_used).expect("journal");
+        assert_eq!(
+            ids(&unused),
+            [
+                "mem:repo:acme/app:3",
+                "mem:repo:acme/app:2",
+                "mem:repo:acme/app:1"
+            ],
+            "the never-used evictions, newest first"
+        );
+        let evicted = lessons::DecisionQuery {
+            events: vec![lessons::DecisionEvent::Evicted],
+            ..all.clone()
+        };
+        let evictions = store.decisions(&app, &evicted).expect("journal");
+        assert_eq!(
+            ids(&evictions),
+            [
+                "mem:repo:acme/app:3",
+                "mem:repo:acme/app:0",
+                "mem:repo:acme/app:2",
+                "mem:repo:acme/app:1"
+            ],
+            "every eviction, both classes merged newest first"
+        );
+        assert_eq!(evictions[1].use_count, Some(1));
+        assert_eq!(store.decisions(&org, &all).expect("journal").len(), 1);
+        store.close().expect("close");
+        every
+    };
+    assert_eq!(
+        stored_format(&dir),
+        Some(vec![5]),
+        "the store says the current format"
+    );
+    let store = open_fixture(dir.path()).expect("reopens");
+    assert_eq!(store.decisions(&app, &all).expect("journal"), before);
+    assert_eq!(
+        store.decisions(&app, &never_used).expect("journal").len(),
+        3
+    );
+    assert!(store.check().expect("doctor").is_ok());
+}
+
+#[test]
+fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
+    // Written by the build that rewrote a record on every use (format 2): two scopes, four
+    // retrieves, a dedup (repo:acme/app:0 used 3 times), a forget (org:acme:1).
+    let dir = StoreDir::from_data("store-format-2");
+    let app = scope("repo:acme/app");
+    let (used_first, used_since) = dir.closed(|store| {
+        assert!(store.check().expect("doctor").is_ok());
+        let records = all_records(store);
+        assert_eq!(records.len(), 6);
+        let (count, at) = use_of(&records, "mem:repo:acme/app:0");
+        assert_eq!(count, 3);
+        assert_eq!(use_of(&records, "mem:repo:acme/app:3").0, 2);
+        assert_eq!(use_of(&records, "mem:org:acme:0").0, 1);
+        assert_eq!(use_of(&records, "mem:org:acme:1").0, 0);
+        // A use now is a usage entry; every read path sees it.
+        let hits = store
+            .retrieve(&app, "license check npm ci", 8)
+            .expect("retrieve");
+        let hit = hits
+            .iter()
+            .find(|r| r.id == "mem:repo:acme/app:0")
+            .expect("the lesson is found");
+        assert_eq!(hit.use_count, 4);
+        let got = store
+            .get("mem:repo:acme/app:0")
+            .expect("get")
+            .expect("held");
+        assert_eq!((got.use_count, got.last_used_at), (4, hit.last_used_at));
+        let listed = store
+            .list(&app, &lessons::ListQuery::window(24))
+            .expect("list");
+        assert_eq!(use_of(&listed, "mem:repo:acme/app:0").0, 4);
+        assert!(store.check().expect("doctor").is_ok());
+        (at, hit.last_used_at)
+    });
+    assert!(used_since >= used_first);
+    assert_eq!(
+        stored_format(&dir),
+        Some(vec![5]),
+        "the store says the current format"
+    );
+    assert_eq!(
+        usage_entries(&dir),
+        2,
+        "the retrieve wrote a usage entry for each record it answered, not the records"
+    );
+    let store = dir.try_open().expect("reopens");
+    let records = all_records(&store);
+    assert_eq!(
+        use_of(&records, "mem:repo:acme/app:0"),
+        (4, used_since),
+        "the use survives a reopen"
+    );
+    assert_eq!(use_of(&records, "mem:repo:acme/app:3").0, 3);
+    // A write of the record folds its use in (one more, for the dedup) and drops the entry;
+    // a forget keeps the use in the retired copy.
+    let counts = store
+        .write(
+            &app,
+            &[fact("RUN npm ci before the LICENSE check")],
+            &WriteOptions::default(),
+        )
+        .expect("write");
+    assert_eq!(counts.deduped, 1, "{counts:?}");
+    assert!(store.forget(&app, "mem:repo:acme/app:3").expect("forget"));
+    let records = all_records(&store);
+    assert_eq!(use_of(&records, "mem:repo:acme/app:0").0, 5);
+    assert_eq!(use_of(&records, "mem:repo:acme/app:3").0, 3);
+    assert!(store.check().expect("doctor").is_ok());
+    store.close().expect("close");
+    assert_eq!(
+        usage_entries(&dir),
+        0,
+        "a record written or retired carries its use; no entry is left behind"
+    );
+}
+
+/// The format version a closed store's records say, read with fjall itself.
+fn stored_format(dir: &StoreDir) -> Option<Vec<u8>> {
+    let meta = dir
+        .raw()
+        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+        .expect("meta");
+    meta.get("format").expect("read").map(|v| v.to_vec())
+}
+
+/// How many usage entries a closed store holds, read with fjall itself.
+fn usage_entries(dir: &StoreDir) -> usize {
+    dir.raw()
+        .keyspace("usage", fjall::KeyspaceCreateOptions::default)
+        .expect("usage")
+        .len()
+        .expect("count")
+}

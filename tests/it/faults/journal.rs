@@ -1,0 +1,201 @@
+//! A journal garbled, flipped, deleted, or left empty by a clean close: refused untouched, or
+//! salvaged, and never read as if it held nothing.
+
+use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
+use lessons::{ErrorKind, Record};
+
+use super::{all_records, next_id, next_id_in, write_batches, write_facts};
+use crate::fixtures::store::StoreDir;
+use crate::util::{fact, scope};
+
+#[test]
+fn a_garbled_journal_is_refused_untouched_and_salvaged() {
+    let dir = StoreDir::new();
+    let s = scope("repo:acme/app");
+    // A crash, so the journal is the records' only copy (a clean close would have moved them
+    // into tables).
+    let before = dir.crashed(|store| {
+        write_facts(store, &s, 0, 200);
+        all_records(store)
+    });
+    let journal = dir.journal();
+    let mut bytes = std::fs::read(&journal).expect("read journal");
+    // The file may be preallocated past its data: garble next to a record in the middle.
+    let mid = bytes
+        .windows(11)
+        .position(|w| w == b"lesson 100:")
+        .expect("the text is in the journal");
+    for b in bytes.iter_mut().skip(mid).take(700) {
+        *b = 0xab;
+    }
+    std::fs::write(&journal, &bytes).expect("garble");
+
+    let err = dir.try_open().err().expect("a damaged journal is refused");
+    assert_eq!(err.kind(), ErrorKind::Damaged, "{err}");
+    assert!(
+        err.message().contains(&journal.display().to_string()),
+        "{err}"
+    );
+    assert!(err.message().contains("doctor --salvage"), "{err}");
+    assert_eq!(
+        std::fs::read(&journal).expect("reread"),
+        bytes,
+        "the refused open changed nothing"
+    );
+
+    let (to, report) = dir.salvage("salvaged");
+    assert_eq!(report.damaged_journals.len(), 1);
+    let store = EmbeddedStore::open(&to).expect("the salvaged store opens");
+    let after = all_records(&store);
+    // 700 garbled bytes cover a few one-record batches; every other record is back, unchanged.
+    assert!(after.len() >= 190, "salvaged {} of 200", after.len());
+    assert!(after.len() < 200, "the garbled batches cannot be read");
+    for r in &after {
+        let original = before.iter().find(|b| b.id == r.id).expect("a known id");
+        assert_eq!(r, original);
+    }
+    assert!(store.check().expect("doctor").is_ok());
+    // The bookkeeping is derived: the next write gets a fresh id above every salvaged one.
+    let max_seq = after.iter().filter_map(Record::seq).max().expect("records");
+    store
+        .write(
+            &s,
+            &[fact("a new lesson after the salvage")],
+            &WriteOptions::default(),
+        )
+        .expect("write");
+    let newest = store
+        .list(&s, &lessons::store::ListQuery::newest(1))
+        .expect("list");
+    assert_eq!(newest[0].seq(), Some(max_seq + 1));
+}
+
+#[test]
+fn a_flipped_byte_in_the_journal_is_refused_not_replayed() {
+    let dir = StoreDir::new();
+    let s = scope("repo:acme/app");
+    // A crash: a clean close would have emptied the journal into tables.
+    dir.crashed(|store| write_facts(store, &s, 0, 20));
+    let journal = dir.journal();
+    let mut bytes = std::fs::read(&journal).expect("read journal");
+    let at = bytes
+        .windows(9)
+        .position(|w| w == b"lesson 7:")
+        .expect("the text is in the journal");
+    bytes[at] = b'L';
+    std::fs::write(&journal, &bytes).expect("flip");
+    let err = dir.refused();
+    assert_eq!(err.kind(), ErrorKind::Damaged, "{err}");
+    assert!(err.message().contains("checksum"), "{err}");
+}
+
+#[test]
+fn a_deleted_journal_is_refused_instead_of_reading_as_empty() {
+    let dir = StoreDir::new();
+    let s = scope("repo:acme/app");
+    dir.closed(|store| write_facts(store, &s, 0, 5));
+    std::fs::remove_file(dir.journal()).expect("delete the journal");
+    let err = dir.refused();
+    assert_eq!(err.kind(), ErrorKind::Damaged, "{err}");
+    assert!(err.message().contains("no journal"), "{err}");
+}
+
+#[test]
+fn records_flushed_to_tables_survive_a_deleted_journal_through_salvage() {
+    let dir = StoreDir::new();
+    let s = scope("repo:acme/app");
+    dir.closed(|store| write_facts(store, &s, 0, 30));
+    dir.flush_tables(&[
+        "active", "retired", "norms", "scopes", "counters", "outbox", "meta",
+    ]);
+    std::fs::remove_file(dir.journal()).expect("delete the journal");
+    assert!(dir.try_open().is_err());
+    let (_, report) = dir.salvage("salvaged");
+    assert!(report.journal_missing);
+    assert_eq!(report.copied, 30, "{report:?}");
+}
+
+#[test]
+fn a_clean_close_empties_the_journal_and_later_writes_still_sort_over_the_tables() {
+    let dir = StoreDir::new();
+    let s = scope("repo:a/b");
+    dir.closed(|store| write_facts(store, &s, 0, 30));
+    assert_eq!(
+        dir.journal_len(),
+        0,
+        "a clean close leaves nothing to replay"
+    );
+    // Later writes must take sequence numbers above every item in the tables: one below would
+    // hide new records from reads, and let a forget or a restatement sort under what it
+    // replaces. A crash leaves them only in the journal, so the next open replays them.
+    let forgotten = "mem:repo:a/b:3";
+    dir.crashed(|store| {
+        assert_eq!(all_records(store).len(), 30);
+        assert!(store.forget(&s, forgotten).expect("forget"));
+        let again = store
+            .write(
+                &s,
+                &[fact(
+                    "lesson 7: run the schema check before the migration 7",
+                )],
+                &WriteOptions::default(),
+            )
+            .expect("restate");
+        assert_eq!((again.inserted, again.deduped), (0, 1), "{again:?}");
+        assert_eq!(
+            store
+                .retrieve(&s, "schema check migration 9", 3)
+                .expect("retrieve")
+                .len(),
+            3
+        );
+        write_facts(store, &s, 30, 5);
+    });
+    assert!(
+        dir.journal_len() > 0,
+        "a crash leaves the journal to replay"
+    );
+    for generation in 0..2 {
+        let store = dir.try_open().expect("open after the crash");
+        let records = all_records(&store);
+        let active: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.status == lessons::Status::Active)
+            .collect();
+        assert_eq!(active.len(), 34 + generation, "generation {generation}");
+        assert!(
+            active.iter().all(|r| r.id != forgotten),
+            "generation {generation}"
+        );
+        let restated = store.get("mem:repo:a/b:7").expect("get").expect("kept");
+        assert!(restated.use_count >= 1, "{restated:?}");
+        assert!(active.iter().filter(|r| r.use_count > 0).count() >= 3);
+        assert!(
+            store.check().expect("doctor").is_ok(),
+            "generation {generation}"
+        );
+        assert_eq!(
+            next_id(&store, &s),
+            format!("mem:repo:a/b:{}", 35 + generation)
+        );
+        store.close().expect("close");
+        assert_eq!(dir.journal_len(), 0);
+    }
+}
+
+#[test]
+fn a_clean_close_leaves_the_records_in_tables_so_a_deleted_journal_loses_nothing() {
+    let dir = StoreDir::new();
+    let s = scope("repo:a/b");
+    dir.closed(|store| write_batches(store, &s, 20, 20));
+    std::fs::remove_file(dir.journal()).expect("delete the journal");
+    assert!(dir.try_open().is_err(), "still refused in place");
+    let (to, report) = dir.salvage("salvaged");
+    assert_eq!(report.copied, 400, "{report:?}");
+    assert!(report.lost.is_empty(), "{report:?}");
+    assert!(
+        report.decisions >= 400,
+        "the decision journal comes along: {report:?}"
+    );
+    assert_eq!(next_id_in(&to, &s), "mem:repo:a/b:400");
+}

@@ -1,0 +1,77 @@
+//! Faults an operator meets: a deleted lock file, a garbled or missing journal, stale
+//! bookkeeping, a damaged table. Each is reproduced on a real store directory, and each must be
+//! refused or repaired without losing or overwriting a record.
+
+mod cut;
+mod formats;
+mod journal;
+mod open;
+mod salvage;
+
+use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
+use lessons::{Candidate, Record, ScopeKey};
+
+use crate::util::{exported, fact};
+
+/// Writes `n` facts to `s`, one write each (one journal batch each).
+pub(super) fn write_facts(store: &EmbeddedStore, s: &ScopeKey, from: usize, n: usize) {
+    for i in from..from + n {
+        let text = format!("lesson {i}: run the schema check before the migration {i}");
+        let counts = store
+            .write(s, &[fact(&text)], &WriteOptions::default())
+            .expect("write");
+        assert_eq!(counts.inserted, 1);
+    }
+}
+
+pub(super) fn all_records(store: &EmbeddedStore) -> Vec<Record> {
+    exported(store)
+}
+
+/// Writes `writes` batches of `per` facts each (one journal batch per write).
+pub(super) fn write_batches(store: &EmbeddedStore, s: &ScopeKey, writes: usize, per: usize) {
+    for w in 0..writes {
+        let batch: Vec<Candidate> = (0..per)
+            .map(|i| {
+                fact(&format!(
+                    "lesson {w}-{i}: warm the cache of module {w}{i} first"
+                ))
+            })
+            .collect();
+        let counts = store
+            .write(s, &batch, &WriteOptions::default())
+            .expect("write");
+        assert_eq!(counts.inserted as usize, per);
+    }
+}
+
+/// The id the next insert gets (each call writes a new text, so it never dedups).
+pub(super) fn next_id(store: &EmbeddedStore, s: &ScopeKey) -> String {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let counts = store
+        .write(
+            s,
+            &[fact(&format!("lesson {n} written after the damage"))],
+            &WriteOptions::default(),
+        )
+        .expect("write");
+    assert_eq!(counts.inserted, 1);
+    store.list(s, &lessons::ListQuery::newest(1)).expect("list")[0]
+        .id
+        .clone()
+}
+
+/// The id the next insert gets in the store at `path` (a salvaged copy), opened for it.
+pub(super) fn next_id_in(path: &std::path::Path, s: &ScopeKey) -> String {
+    next_id(&EmbeddedStore::open(path).expect("the copy opens"), s)
+}
+
+/// `(useCount, lastUsedAt)` of `id` in `records`.
+pub(super) fn use_of(records: &[Record], id: &str) -> (u64, Option<i64>) {
+    let r = records
+        .iter()
+        .find(|r| r.id == id)
+        .unwrap_or_else(|| panic!("{id} is kept"));
+    (r.use_count, r.last_used_at)
+}
