@@ -10,8 +10,8 @@ use super::shared::Shared;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Kind, RecordId, ScopeKey, Status};
 use crate::store::codec::{self, ScopeMeta};
+use crate::store::counters::DayCounters;
 use crate::store::engine::{describe_fjall, st};
-use crate::store::DayCounters;
 use crate::text::normalize;
 
 /// What `doctor` found.

@@ -20,8 +20,8 @@ use super::tx::Tx;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Kind, Record, ScopeKey};
 use crate::store::codec::{self, ScopeMeta};
+use crate::store::counters::DayCounters;
 use crate::store::engine::st;
-use crate::store::DayCounters;
 use crate::text::normalize;
 use crate::time::day_of;
 

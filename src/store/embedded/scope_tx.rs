@@ -22,8 +22,8 @@ use crate::decisions::{Decision, DecisionEvent};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Record, ScopeKey, Status};
 use crate::store::codec::ScopeMeta;
+use crate::store::counters::DayCounters;
 use crate::store::index::IndexOp;
-use crate::store::DayCounters;
 
 /// One scope's change being built, under the scope's write lock (see the module docs).
 pub(super) struct ScopeTx<'a> {

@@ -33,7 +33,7 @@ use crate::error::Result;
 use crate::fts::FtsDoc;
 use crate::model::{Record, ScopeKey};
 use crate::store::codec::ScopeMeta;
-use crate::store::DayCounters;
+use crate::store::counters::DayCounters;
 
 /// One scope in memory.
 pub(super) struct Scope {

@@ -12,7 +12,7 @@ use super::order::{lru_key, LruKey};
 use crate::fts::FtsDoc;
 use crate::model::{Kind, Record, Status};
 use crate::store::codec::ScopeMeta;
-use crate::store::DayCounters;
+use crate::store::counters::DayCounters;
 
 /// One scope's batch being built, with what it changes in the scope's active set. Built
 /// under the scope's write lock (by `ScopeTx`, or a retrieve's use bump), filled by the edits

@@ -17,7 +17,8 @@ use crate::model::{
 };
 use crate::store::codec::{self, ScopeMeta};
 use crate::store::plan;
-use crate::store::{validate_write, WriteOptions};
+use crate::store::validate::validate_write;
+use crate::store::values::WriteOptions;
 use crate::text::normalize;
 
 /// `MemoryStore::write`: restate, dedup, insert, supersede, then evict to the cap, as one
