@@ -26,6 +26,8 @@ mod doctor;
 mod evidence;
 mod group;
 mod indexer;
+mod journal_entries;
+mod journal_merge;
 mod lru;
 mod ops;
 mod order;

@@ -12,8 +12,8 @@
 //! **Invariant:** a batch that changes nothing is not committed, and nothing is waited on.
 //! **Invariant:** an insert never replaces a record: an id the scope holds is refused as damage.
 
-use super::decisions;
 use super::group::Ticket;
+use super::journal_entries;
 use super::phases::{self, Phase};
 use super::scopes::Scope;
 use super::shared::Shared;
@@ -169,7 +169,7 @@ impl ScopeTx<'_> {
         };
         self.retire(r, &with_status(r, status), seq)?;
         self.count(count)?;
-        self.journal(&[decisions::of_retire(self.now, r, event)])
+        self.journal(&[journal_entries::of_retire(self.now, r, event)])
     }
 
     /// Makes the scope's next id at least `next_seq`.

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::decisions;
+use super::journal_entries;
 use super::order::LruKey;
 use super::phases::{self, Phase, WriteTally};
 use super::scope_tx::{self, ScopeTx};
@@ -252,7 +252,7 @@ fn apply_plan(
     }
     tx.reserve(plan.next_seq);
     tx.count(|d| d.add_write(&plan.counts, summaries, options.tally.as_ref()))?;
-    tx.journal(&decisions::of_write(
+    tx.journal(&journal_entries::of_write(
         scope,
         now,
         valid,
