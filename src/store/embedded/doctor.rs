@@ -1,7 +1,7 @@
 //! `doctor`: does the index hold exactly the active records, do the bookkeeping and the dedup
 //! keys agree with the records; and `--repair`, which rewrites them from the records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use fjall::Readable;
 
@@ -12,7 +12,6 @@ use crate::model::{Kind, RecordId, ScopeKey, Status};
 use crate::store::codec::{self, ScopeMeta};
 use crate::store::counters::DayCounters;
 use crate::store::engine::{describe_fjall, st};
-use crate::text::normalize;
 
 /// What `doctor` found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -51,35 +50,6 @@ impl Health {
             && self.lost.is_empty()
             && self.unreadable.is_empty()
     }
-}
-
-/// The dedup keys `scope`'s active records call for: each normalized text's hash, listing
-/// the records (with a dedup key) whose text normalizes to it.
-fn wanted_dedup_keys(
-    ks: &Keyspaces,
-    snapshot: &fjall::Snapshot,
-    scope: Option<&ScopeKey>,
-) -> Result<BTreeMap<Vec<u8>, Vec<u64>>> {
-    let mut wanted: BTreeMap<Vec<u8>, Vec<u64>> = Default::default();
-    let records: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
-        Some(s) => Box::new(snapshot.prefix(&ks.active, codec::scope_key_prefix(s))),
-        None => Box::new(snapshot.iter(&ks.active)),
-    };
-    for g in records {
-        let v = g.value().map_err(st("reading records"))?;
-        let r = codec::decode_record(&v, None)?;
-        let Some(seq) = r.seq() else { continue };
-        if r.dedup_key {
-            wanted
-                .entry(codec::norm_key(&r.scope_key, &normalize(&r.text)))
-                .or_default()
-                .push(seq);
-        }
-    }
-    for seqs in wanted.values_mut() {
-        seqs.sort_unstable();
-    }
-    Ok(wanted)
 }
 
 /// Usage entries (of `scope`, or of every scope) whose record is not active: every write
@@ -121,7 +91,7 @@ fn orphan_usage(
 fn norm_problems(s: &Shared) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
     let ks = s.records.keyspaces();
     let snapshot = s.records.snapshot();
-    let mut wanted = wanted_dedup_keys(ks, &snapshot, None)?;
+    let mut wanted = s.records.wanted_dedup_keys(&snapshot, None)?;
     let mut out = Vec::new();
     for g in snapshot.iter(&ks.norms) {
         let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
@@ -154,67 +124,6 @@ fn norm_problems(s: &Shared) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
     Ok(out)
 }
 
-/// Rewrites `scope`'s dedup keys from its active records into `batch`; returns how many
-/// keys changed.
-fn rewrite_dedup_keys(
-    s: &Shared,
-    batch: &mut fjall::OwnedWriteBatch,
-    scope: &ScopeKey,
-) -> Result<u64> {
-    let ks = s.records.keyspaces();
-    let snapshot = s.records.snapshot();
-    let wanted = wanted_dedup_keys(ks, &snapshot, Some(scope))?;
-    let mut changed = 0;
-    for g in snapshot.prefix(&ks.norms, codec::scope_key_prefix(scope)) {
-        let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
-        let held = codec::decode_seqs(&v).unwrap_or_default();
-        if wanted.get(k.as_ref()) != Some(&held) {
-            batch.remove(&ks.norms, k.to_vec());
-            changed += 1;
-        }
-    }
-    for (k, seqs) in wanted {
-        let current = snapshot
-            .get(&ks.norms, &k)
-            .map_err(st("reading the dedup index"))?
-            .map(|v| codec::decode_seqs(&v).unwrap_or_default());
-        if current.as_ref() != Some(&seqs) {
-            batch.insert(&ks.norms, k, codec::encode(&seqs)?);
-            changed += 1;
-        }
-    }
-    Ok(changed)
-}
-
-/// Upgrades a version 1 store in place: its dedup keys (one per record, found by prefix
-/// scans) are replaced by version 2's (one per normalized text, found by a point read),
-/// then the format says 2. Interrupted, it starts over at the next open: the keys are
-/// derived from the records.
-pub(super) fn upgrade_dedup_keys(s: &Shared) -> Result<()> {
-    let ks = s.records.keyspaces();
-    log::info!(
-        "[store] upgrading {} to format {}: rebuilding its dedup keys",
-        s.dir.display(),
-        codec::STORE_FORMAT
-    );
-    ks.norms
-        .clear()
-        .map_err(st("clearing the version 1 dedup keys"))?;
-    let snapshot = s.records.snapshot();
-    let wanted = wanted_dedup_keys(ks, &snapshot, None)?;
-    let mut batch = s.records.batch();
-    let mut n = 0;
-    for (k, seqs) in wanted {
-        batch.insert(&ks.norms, k, codec::encode(&seqs)?);
-        n += 1;
-        if n % 10_000 == 0 {
-            let full = std::mem::replace(&mut batch, s.records.batch());
-            s.group.append_durably(full, "upgrading the dedup keys")?;
-        }
-    }
-    s.group.append_durably(batch, "upgrading the dedup keys")
-}
-
 /// Rewrites every scope's bookkeeping and dedup keys from its records, one scope at a time
 /// under its lock. Returns how many entries it changed.
 pub(super) fn repair_bookkeeping(s: &Shared) -> Result<u64> {
@@ -234,7 +143,7 @@ pub(super) fn repair_bookkeeping(s: &Shared) -> Result<u64> {
             s.records.put_meta(&mut batch, &scope, &meta)?;
             changed += 1;
         }
-        changed += rewrite_dedup_keys(s, &mut batch, &scope)?;
+        changed += s.records.rewrite_dedup_keys(&mut batch, &scope)?;
         let snapshot = s.records.snapshot();
         for (_, seq) in orphan_usage(ks, &snapshot, Some(&scope))? {
             for kind in [Kind::Fact, Kind::Summary] {

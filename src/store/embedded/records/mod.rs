@@ -14,6 +14,7 @@
 //! **Invariant:** only this module (this folder) names a keyspace's contents; the other files
 //! ask it.
 
+mod dedup;
 mod edits;
 mod reads;
 mod tuning;
