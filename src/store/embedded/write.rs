@@ -5,12 +5,11 @@
 use std::collections::HashMap;
 
 use super::journal_entries;
-use super::order::LruKey;
 use super::phases::{self, Phase, WriteTally};
 use super::scope_tx::{self, ScopeTx};
 use super::scopes::Scope;
 use super::shared::Shared;
-use super::tx::DedupKeys;
+use super::tx::{DedupKeys, LruKey};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
     Candidate, Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts,
