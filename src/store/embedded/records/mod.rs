@@ -9,15 +9,21 @@
 //!
 //! This file holds the keyspaces, the store's metadata (format, last batch), the scopes'
 //! bookkeeping, the day counters and the index outbox; `tuning` opens fjall, `reads` reads
-//! the records, `edits` writes a transaction's changes.
+//! the records, `edits` writes a transaction's changes, `dedup` derives the dedup keys from the
+//! records, `audit` checks the keyspaces against each other for `doctor`.
 //!
 //! **Invariant:** only this module (this folder) names a keyspace's contents; the other files
-//! ask it.
+//! ask it. The two exceptions own what they name and are handed their keyspace at open:
+//! `DecisionJournal` (the `decisions` keyspace and its tallies in `meta`) and `GroupCommit`
+//! (the batch numbers in `meta`). `doctor` asks `audit`, the format upgrade asks `dedup`.
 
+mod audit;
 mod dedup;
 mod edits;
 mod reads;
 mod tuning;
+
+pub(super) use audit::NormProblem;
 
 use std::collections::BTreeSet;
 
@@ -72,7 +78,7 @@ impl Records {
     }
 
     /// The keyspaces, for the types that own one's contents (the decision journal, the
-    /// group commit's batch numbers) and for `doctor`, which reads them all.
+    /// group commit's batch numbers) and for the close's flush of every memtable.
     pub(super) fn keyspaces(&self) -> &Keyspaces {
         &self.ks
     }
