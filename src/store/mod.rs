@@ -34,5 +34,6 @@ pub use embedded::{
 };
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
+#[cfg(any(feature = "remote", feature = "server"))]
 pub(crate) use validate::validate_forget_id;
 pub use values::{ImportReport, ListQuery, SweepReceipt, Window, WriteOptions};
