@@ -36,7 +36,7 @@ use crate::model::{Kind, Record, ScopeKey, Status};
 /// decision-journal entry by its event after its scope, so the entries of one event are one
 /// prefix; version 5 gives the eviction of a record never used a class byte of its own, so
 /// those are one prefix too. An older store is upgraded in place at open (see
-/// `embedded::Upgrade`); a build that knows an older version refuses a newer one.
+/// `embedded::upgrade`); a build that knows an older version refuses a newer one.
 pub const STORE_FORMAT: u8 = 5;
 
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).

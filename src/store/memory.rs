@@ -10,10 +10,13 @@ use std::collections::BTreeMap;
 
 use parking_lot::Mutex;
 
-use super::{
-    validate_limit, validate_query, validate_write, DayCounters, DayStats, ImportReport,
-    ListFilter, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
+use super::api::MemoryStore;
+use super::counters::{DayCounters, DayStats};
+use super::validate::{
+    group_import, validate_decision_query, validate_forget_id, validate_limit, validate_query,
+    validate_write, ListFilter,
 };
+use super::values::{ImportReport, ListQuery, SweepReceipt, WriteOptions};
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
 use crate::limits::DEFAULT_CAP;
@@ -297,7 +300,7 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn forget(&self, scope: &ScopeKey, id: &str) -> Result<bool> {
-        crate::store::validate_forget_id(id)?;
+        validate_forget_id(id)?;
         let mut state = self.state.lock();
         let now = (self.clock)();
         let Some(records) = state.scopes.get_mut(scope) else {
@@ -394,7 +397,7 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn import(&self, records: &[Record]) -> Result<ImportReport> {
-        let (groups, repeats) = super::group_import(records)?;
+        let (groups, repeats) = group_import(records)?;
         let mut state = self.state.lock();
         let mut report = ImportReport {
             skipped: repeats,
@@ -422,7 +425,7 @@ impl MemoryStore for InMemoryStore {
     }
 
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
-        super::validate_decision_query(query)?;
+        validate_decision_query(query)?;
         let state = self.state.lock();
         Ok(state
             .decisions

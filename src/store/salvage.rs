@@ -22,10 +22,11 @@ use std::path::{Path, PathBuf};
 
 use fjall::{Database, KeyspaceCreateOptions};
 
+use super::api::MemoryStore;
 use super::codec;
+use super::embedded::EmbeddedStore;
 use super::embedded::NextIds;
 use super::fjall_files::{self as journal, VALUE_TYPE_VALUE};
-use super::{EmbeddedStore, MemoryStore};
 use crate::decisions::Decision;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Kind, Record, RecordId, ScopeKey, Status};

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::super::Clock;
 use crate::limits::DEFAULT_CAP;
+use crate::time::Clock;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

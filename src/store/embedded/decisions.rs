@@ -7,6 +7,12 @@
 //! pruned only once it holds a sixteenth more than the cap or its oldest entry is a sixteenth
 //! of the age limit past it, and then from its oldest end. Until then reads hide what pruning
 //! will remove: a scope's journal reads as at most `cap` entries, none older than `days`.
+//!
+//! This file owns the journal's storage and retention; the merge of its per-class scans is
+//! `journal_merge`, and the entries a write or a retire makes are `journal_entries`.
+//!
+//! **Invariant:** a read shows what the journal will hold once pruned, whatever the pruner has
+//! done yet; an entry is written only in the batch of the write it describes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,13 +21,13 @@ use fjall::{Database, Keyspace, OwnedWriteBatch, Readable};
 use parking_lot::Mutex;
 
 use super::group::GroupCommit;
+use super::journal_merge::{Classes, Merged, Order, Ranks};
 use super::tx::{Growth, Tx};
-use crate::decisions::{Decision, DecisionEvent, DecisionQuery, RejectedFact};
+use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
-use crate::model::{Record, RecordId, ScopeKey, Status, ValidCandidate};
+use crate::model::ScopeKey;
 use crate::store::codec;
 use crate::store::engine::st;
-use crate::store::plan::{self, Outcome};
 use crate::time::{Clock, DAY_MS};
 
 /// What the pruner knows of one scope's journal (see the module's notes).
@@ -536,248 +542,6 @@ fn commit_prune(
         tally();
         Ok(())
     }
-}
-
-/// Which of a scope's entries a scan reads: those of `events`, or only their never-used
-/// evictions (see `codec::decision_prefixes`).
-#[derive(Clone, Copy)]
-struct Classes<'a> {
-    events: &'a [DecisionEvent],
-    never_used: bool,
-}
-
-impl Classes<'static> {
-    /// Every entry.
-    const ALL: Classes<'static> = Classes {
-        events: &DecisionEvent::ALL,
-        never_used: false,
-    };
-}
-
-/// Which end of a journal a scan starts at.
-#[derive(Clone, Copy)]
-enum Order {
-    NewestFirst,
-    OldestFirst,
-}
-
-/// Several prefix scans of one scope's journal, each in the same order (newest or oldest
-/// first), merged into that order across them by each key's `decision_order`.
-struct Merged {
-    scans: Vec<fjall::Iter>,
-    /// Each scan's next entry; `None` before the first pull and once a scan is done.
-    heads: Vec<Option<Entry>>,
-    started: bool,
-    order: Order,
-    /// Whether entries' values are read (a count or a prune needs keys only).
-    values: bool,
-}
-
-/// A journal entry as a scan reads it: its key, and its value when asked for.
-type Entry = Result<(fjall::UserKey, Option<fjall::UserValue>)>;
-
-impl Merged {
-    fn new(scans: Vec<fjall::Iter>, order: Order, values: bool) -> Merged {
-        let heads = scans.iter().map(|_| None).collect();
-        Merged {
-            scans,
-            heads,
-            started: false,
-            order,
-            values,
-        }
-    }
-
-    fn pull(&mut self, i: usize) {
-        let values = self.values;
-        let order = self.order;
-        let scan = self.scans.get_mut(i);
-        let next = scan
-            .and_then(|s| match order {
-                Order::NewestFirst => s.next(),
-                Order::OldestFirst => s.next_back(),
-            })
-            .map(|g| {
-                if values {
-                    g.into_inner()
-                        .map(|(k, v)| (k, Some(v)))
-                        .map_err(st("reading the decision journal"))
-                } else {
-                    g.key()
-                        .map(|k| (k, None))
-                        .map_err(st("reading the decision journal"))
-                }
-            });
-        if let Some(slot) = self.heads.get_mut(i) {
-            *slot = next;
-        }
-    }
-}
-
-/// The ranks of a scope's entries among all its entries, newest first: a walk of every class
-/// beside a read of some, counting what it passes.
-struct Ranks {
-    all: Merged,
-    /// Entries the walk has passed, the last one met included.
-    counted: usize,
-}
-
-impl Ranks {
-    /// Whether the entry of `order`, read after every entry asked about before it (newest
-    /// first), is among the `cap` newest. The walk stops once past the cap: every entry after
-    /// it is older and hidden too.
-    fn within(&mut self, order: &[u8], cap: usize) -> Result<bool> {
-        while self.counted < cap {
-            let Some(entry) = self.all.next() else {
-                return Ok(false);
-            };
-            self.counted += 1;
-            if codec::decision_order(&entry?.0) == order {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-}
-
-impl Iterator for Merged {
-    type Item = Entry;
-
-    fn next(&mut self) -> Option<Entry> {
-        if !self.started {
-            self.started = true;
-            for i in 0..self.scans.len() {
-                self.pull(i);
-            }
-        }
-        // An error is handed out first; otherwise the newest (or oldest) head.
-        let mut best: Option<usize> = None;
-        for (i, head) in self.heads.iter().enumerate() {
-            let Some(head) = head else { continue };
-            let Ok((key, _)) = head else {
-                best = Some(i);
-                break;
-            };
-            let better = match best.and_then(|b| self.heads.get(b)) {
-                Some(Some(Ok((held, _)))) => {
-                    let (k, h) = (codec::decision_order(key), codec::decision_order(held));
-                    match self.order {
-                        Order::NewestFirst => k < h,
-                        Order::OldestFirst => k > h,
-                    }
-                }
-                _ => true,
-            };
-            if better {
-                best = Some(i);
-            }
-        }
-        let i = best?;
-        let taken = self.heads.get_mut(i).and_then(Option::take);
-        self.pull(i);
-        taken
-    }
-}
-
-/// The journal entries of one planned write: each candidate's outcome, each supersede and
-/// eviction, and the facts the reflection's gate refused. `loaded` holds the records the plan
-/// read (restate and dedup targets, superseded and evicted records).
-pub(super) fn of_write(
-    scope: &ScopeKey,
-    now: i64,
-    valid: &[ValidCandidate],
-    plan: &plan::Plan,
-    loaded: &HashMap<u64, Record>,
-    rejected: &[RejectedFact],
-) -> Vec<Decision> {
-    let mut out = Vec::new();
-    for fact in rejected {
-        let mut d = Decision::new(now, scope, DecisionEvent::Rejected);
-        d.texts.push(fact.text.clone());
-        d.markers = fact.markers.clone();
-        out.push(d);
-    }
-    for (c, outcome) in valid.iter().zip(&plan.outcomes) {
-        let (event, seq) = match *outcome {
-            Outcome::Restated(seq) => (DecisionEvent::Restated, seq),
-            Outcome::Deduped(seq) => (DecisionEvent::Deduped, seq),
-            Outcome::Inserted(seq) => (DecisionEvent::Inserted, seq),
-        };
-        let mut d = Decision::new(now, scope, event);
-        d.ids.push(scope.record_id(seq));
-        d.texts.push(c.text.clone());
-        if event == DecisionEvent::Restated {
-            if let Some(target) = loaded.get(&seq) {
-                d.texts.push(target.text.clone());
-            }
-        }
-        d.source_thread_key = Some(c.source_thread_key.clone());
-        d.source_run_id = c.source_run_id.clone();
-        out.push(d);
-    }
-    for insert in &plan.inserts {
-        let Some(old_id) = &insert.supersedes else {
-            continue;
-        };
-        let Some(RecordId { seq: old_seq, .. }) = RecordId::parse(old_id) else {
-            continue;
-        };
-        let retired = plan
-            .touched
-            .get(&old_seq)
-            .is_some_and(|t| t.status == Status::Superseded);
-        if !retired {
-            continue;
-        }
-        let mut d = Decision::new(now, scope, DecisionEvent::Superseded);
-        d.ids = vec![old_id.clone(), scope.record_id(insert.seq)];
-        if let Some(old) = loaded.get(&old_seq) {
-            d.texts.push(old.text.clone());
-        }
-        if let Some(c) = valid.get(insert.candidate) {
-            d.texts.push(c.text.clone());
-        }
-        out.push(d);
-    }
-    for (seq, touched) in &plan.touched {
-        if touched.status != Status::Evicted {
-            continue;
-        }
-        let mut d = Decision::new(now, scope, DecisionEvent::Evicted);
-        d.ids.push(scope.record_id(*seq));
-        if let Some(r) = loaded.get(seq) {
-            d.texts.push(r.text.clone());
-            d.age_ms = Some(now.saturating_sub(r.created_at));
-            d.use_count = Some(r.use_count);
-        } else {
-            // Inserted and evicted by the same write.
-            let text = plan
-                .inserts
-                .iter()
-                .find(|i| i.seq == *seq)
-                .and_then(|i| valid.get(i.candidate))
-                .map(|c| c.text.clone());
-            d.texts.extend(text);
-            d.age_ms = Some(0);
-            d.use_count = Some(touched.meta.use_count);
-        }
-        out.push(d);
-    }
-    out
-}
-
-/// The entry of a record retired by a sweep or a forget.
-pub(super) fn of_retire(now: i64, r: &Record, event: DecisionEvent) -> Decision {
-    let mut d = Decision::new(now, &r.scope_key, event);
-    d.ids.push(r.id.clone());
-    d.texts.push(r.text.clone());
-    if event == DecisionEvent::Swept {
-        d.markers = crate::gate::rejection_marker_names(&r.text)
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-    }
-    d
 }
 
 #[cfg(test)]

@@ -1,18 +1,13 @@
 //! `doctor`: does the index hold exactly the active records, do the bookkeeping and the dedup
 //! keys agree with the records; and `--repair`, which rewrites them from the records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use fjall::Readable;
-
-use super::records::Keyspaces;
+use super::records::NormProblem;
 use super::shared::Shared;
-use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Kind, RecordId, ScopeKey, Status};
-use crate::store::codec::{self, ScopeMeta};
-use crate::store::engine::{describe_fjall, st};
-use crate::store::DayCounters;
-use crate::text::normalize;
+use crate::error::Result;
+use crate::model::{RecordId, ScopeKey};
+use crate::store::codec::ScopeMeta;
 
 /// What `doctor` found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -53,172 +48,9 @@ impl Health {
     }
 }
 
-/// The dedup keys `scope`'s active records call for: each normalized text's hash, listing
-/// the records (with a dedup key) whose text normalizes to it.
-fn wanted_dedup_keys(
-    ks: &Keyspaces,
-    snapshot: &fjall::Snapshot,
-    scope: Option<&ScopeKey>,
-) -> Result<BTreeMap<Vec<u8>, Vec<u64>>> {
-    let mut wanted: BTreeMap<Vec<u8>, Vec<u64>> = Default::default();
-    let records: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
-        Some(s) => Box::new(snapshot.prefix(&ks.active, codec::scope_key_prefix(s))),
-        None => Box::new(snapshot.iter(&ks.active)),
-    };
-    for g in records {
-        let v = g.value().map_err(st("reading records"))?;
-        let r = codec::decode_record(&v, None)?;
-        let Some(seq) = r.seq() else { continue };
-        if r.dedup_key {
-            wanted
-                .entry(codec::norm_key(&r.scope_key, &normalize(&r.text)))
-                .or_default()
-                .push(seq);
-        }
-    }
-    for seqs in wanted.values_mut() {
-        seqs.sort_unstable();
-    }
-    Ok(wanted)
-}
-
-/// Usage entries (of `scope`, or of every scope) whose record is not active: every write
-/// that retires or removes a record removes its entry in the same batch, so one is
-/// bookkeeping left behind by damage, read by nothing, and removed by a repair.
-fn orphan_usage(
-    ks: &Keyspaces,
-    snapshot: &fjall::Snapshot,
-    scope: Option<&ScopeKey>,
-) -> Result<Vec<(ScopeKey, u64)>> {
-    let entries: Box<dyn Iterator<Item = fjall::Guard>> = match scope {
-        Some(s) => Box::new(snapshot.prefix(&ks.usage, codec::scope_key_prefix(s))),
-        None => Box::new(snapshot.iter(&ks.usage)),
-    };
-    let mut out = Vec::new();
-    for g in entries {
-        let k = g.key().map_err(st("reading records' use"))?;
-        let Some((scope, seq)) = codec::active_key_parts(&k)
-            .and_then(|(s, seq)| Some((std::str::from_utf8(s).ok()?, seq)))
-            .and_then(|(s, seq)| Some((ScopeKey::parse(s).ok()?, seq)))
-        else {
-            return Err(Error::new(
-                ErrorKind::Damaged,
-                "a usage entry's key is not a record's key",
-            ));
-        };
-        if fjall::Readable::get(snapshot, &ks.active, k.as_ref())
-            .map_err(st("reading a record"))?
-            .is_none()
-        {
-            out.push((scope, seq));
-        }
-    }
-    Ok(out)
-}
-
-/// Dedup keys that disagree with the active records: (scope, the key's first listed or
-/// wanted record, what is wrong).
-fn norm_problems(s: &Shared) -> Result<Vec<(ScopeKey, u64, NormProblem)>> {
-    let ks = s.records.keyspaces();
-    let snapshot = s.records.snapshot();
-    let mut wanted = wanted_dedup_keys(ks, &snapshot, None)?;
-    let mut out = Vec::new();
-    for g in snapshot.iter(&ks.norms) {
-        let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
-        let Some(scope) = codec::scope_bytes(&k)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .and_then(|n| ScopeKey::parse(n).ok())
-        else {
-            continue;
-        };
-        let held = codec::decode_seqs(&v)?;
-        let want = wanted.remove(k.as_ref()).unwrap_or_default();
-        for &seq in held.iter().filter(|s| !want.contains(s)) {
-            out.push((scope.clone(), seq, NormProblem::Dangling));
-        }
-        for &seq in want.iter().filter(|s| !held.contains(s)) {
-            out.push((scope.clone(), seq, NormProblem::Missing));
-        }
-    }
-    for (k, seqs) in wanted {
-        let Some(scope) = codec::scope_bytes(&k)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .and_then(|n| ScopeKey::parse(n).ok())
-        else {
-            continue;
-        };
-        for seq in seqs {
-            out.push((scope.clone(), seq, NormProblem::Missing));
-        }
-    }
-    Ok(out)
-}
-
-/// Rewrites `scope`'s dedup keys from its active records into `batch`; returns how many
-/// keys changed.
-fn rewrite_dedup_keys(
-    s: &Shared,
-    batch: &mut fjall::OwnedWriteBatch,
-    scope: &ScopeKey,
-) -> Result<u64> {
-    let ks = s.records.keyspaces();
-    let snapshot = s.records.snapshot();
-    let wanted = wanted_dedup_keys(ks, &snapshot, Some(scope))?;
-    let mut changed = 0;
-    for g in snapshot.prefix(&ks.norms, codec::scope_key_prefix(scope)) {
-        let (k, v) = g.into_inner().map_err(st("reading the dedup index"))?;
-        let held = codec::decode_seqs(&v).unwrap_or_default();
-        if wanted.get(k.as_ref()) != Some(&held) {
-            batch.remove(&ks.norms, k.to_vec());
-            changed += 1;
-        }
-    }
-    for (k, seqs) in wanted {
-        let current = snapshot
-            .get(&ks.norms, &k)
-            .map_err(st("reading the dedup index"))?
-            .map(|v| codec::decode_seqs(&v).unwrap_or_default());
-        if current.as_ref() != Some(&seqs) {
-            batch.insert(&ks.norms, k, codec::encode(&seqs)?);
-            changed += 1;
-        }
-    }
-    Ok(changed)
-}
-
-/// Upgrades a version 1 store in place: its dedup keys (one per record, found by prefix
-/// scans) are replaced by version 2's (one per normalized text, found by a point read),
-/// then the format says 2. Interrupted, it starts over at the next open: the keys are
-/// derived from the records.
-pub(super) fn upgrade_dedup_keys(s: &Shared) -> Result<()> {
-    let ks = s.records.keyspaces();
-    log::info!(
-        "[store] upgrading {} to format {}: rebuilding its dedup keys",
-        s.dir.display(),
-        codec::STORE_FORMAT
-    );
-    ks.norms
-        .clear()
-        .map_err(st("clearing the version 1 dedup keys"))?;
-    let snapshot = s.records.snapshot();
-    let wanted = wanted_dedup_keys(ks, &snapshot, None)?;
-    let mut batch = s.records.batch();
-    let mut n = 0;
-    for (k, seqs) in wanted {
-        batch.insert(&ks.norms, k, codec::encode(&seqs)?);
-        n += 1;
-        if n % 10_000 == 0 {
-            let full = std::mem::replace(&mut batch, s.records.batch());
-            s.group.append_durably(full, "upgrading the dedup keys")?;
-        }
-    }
-    s.group.append_durably(batch, "upgrading the dedup keys")
-}
-
 /// Rewrites every scope's bookkeeping and dedup keys from its records, one scope at a time
 /// under its lock. Returns how many entries it changed.
 pub(super) fn repair_bookkeeping(s: &Shared) -> Result<u64> {
-    let ks = s.records.keyspaces();
     let mut changed = 0;
     for scope in s.records.all_scopes()? {
         let state = s.scopes.get(&scope);
@@ -234,12 +66,10 @@ pub(super) fn repair_bookkeeping(s: &Shared) -> Result<u64> {
             s.records.put_meta(&mut batch, &scope, &meta)?;
             changed += 1;
         }
-        changed += rewrite_dedup_keys(s, &mut batch, &scope)?;
+        changed += s.records.rewrite_dedup_keys(&mut batch, &scope)?;
         let snapshot = s.records.snapshot();
-        for (_, seq) in orphan_usage(ks, &snapshot, Some(&scope))? {
-            for kind in [Kind::Fact, Kind::Summary] {
-                batch.remove(&ks.usage, codec::active_key(&scope, kind, seq));
-            }
+        for (_, seq) in s.records.orphan_usage(&snapshot, Some(&scope))? {
+            s.records.remove_usage(&mut batch, &scope, seq);
             changed += 1;
         }
         s.group.append_durably(batch, "repairing the bookkeeping")?;
@@ -250,7 +80,6 @@ pub(super) fn repair_bookkeeping(s: &Shared) -> Result<u64> {
 }
 
 pub(super) fn check(s: &Shared) -> Result<Health> {
-    let ks = s.records.keyspaces();
     let mut health = Health {
         index_degraded: s.queue.degraded(),
         indexed_documents: s.index.num_docs(),
@@ -258,7 +87,7 @@ pub(super) fn check(s: &Shared) -> Result<Health> {
     };
     // Every value of every keyspace is read and decoded: damage anywhere (the decision
     // journal included) is found here, not by the export that needs it later.
-    health.unreadable = unreadable_values(s);
+    health.unreadable = s.records.unreadable_values();
     if !health.unreadable.is_empty() {
         let what = format!("unreadable data: {}", health.unreadable.join("; "));
         s.witness.found_unreadable(what)?;
@@ -271,15 +100,11 @@ pub(super) fn check(s: &Shared) -> Result<Health> {
     health.lost = lost_ids(s, 20)?;
     let mut per_scope: HashMap<ScopeKey, u64> = HashMap::new();
     let snapshot = s.records.snapshot();
-    for g in snapshot.iter(&ks.active) {
-        let (k, v) = g.into_inner().map_err(st("reading records"))?;
-        let r = codec::decode_record(&v, None)?;
+    s.records.visit_stored_active(&snapshot, &mut |r, placed| {
         health.active_records += 1;
         *per_scope.entry(r.scope_key.clone()).or_default() += 1;
-        let Some(seq) = r.seq() else { continue };
-        if r.status != Status::Active
-            || k.as_ref() != codec::active_key(&r.scope_key, r.kind, seq).as_slice()
-        {
+        let Some(placed) = placed else { return Ok(()) };
+        if !placed {
             push_first(
                 &mut health.problems,
                 format!("{} is stored under the wrong key or status", r.id),
@@ -288,8 +113,9 @@ pub(super) fn check(s: &Shared) -> Result<Health> {
         if !s.index.contains(&r.id)? {
             push_first(&mut health.missing_from_index, r.id.clone());
         }
-    }
-    for (scope, seq) in orphan_usage(ks, &snapshot, None)? {
+        Ok(())
+    })?;
+    for (scope, seq) in s.records.orphan_usage(&snapshot, None)? {
         push_first(
             &mut health.problems,
             format!(
@@ -329,7 +155,7 @@ pub(super) fn check(s: &Shared) -> Result<Health> {
             }
         }
     }
-    for (scope, seq, norm_key) in norm_problems(s)? {
+    for (scope, seq, norm_key) in s.records.norm_problems()? {
         push_first(
             &mut health.problems,
             match norm_key {
@@ -344,54 +170,6 @@ pub(super) fn check(s: &Shared) -> Result<Health> {
         );
     }
     Ok(health)
-}
-
-/// Reads and decodes every value of every keyspace; names each keyspace where one fails.
-fn unreadable_values(s: &Shared) -> Vec<String> {
-    let mut out = Vec::new();
-    let snapshot = s.records.snapshot();
-    let record = |v: &[u8]| codec::decode_record(v, None).map(drop);
-    let decision = |v: &[u8]| codec::decode_decision(v).map(drop);
-    let meta = |v: &[u8]| codec::decode::<ScopeMeta>(v, "a scope's bookkeeping").map(drop);
-    let day = |v: &[u8]| codec::decode::<DayCounters>(v, "a day's counters").map(drop);
-    let outbox = |v: &[u8]| codec::decode::<Vec<String>>(v, "an outbox entry").map(drop);
-    let usage = |v: &[u8]| codec::decode_usage(v).map(drop);
-    let any = |_: &[u8]| Ok(());
-    for (name, ks) in s.records.keyspaces().named() {
-        // How each keyspace's values decode (those of `norms` and `meta` are raw bytes).
-        let decode: &dyn Fn(&[u8]) -> Result<()> = match name {
-            "records (active)" | "records (retired)" => &record,
-            "the records' use" => &usage,
-            "the scopes' bookkeeping" => &meta,
-            "the day counters" => &day,
-            "the index outbox" => &outbox,
-            "the decision journal" => &decision,
-            _ => &any,
-        };
-        let mut failures = 0u64;
-        let mut first: Option<String> = None;
-        for g in snapshot.iter(ks) {
-            let failed = match g.into_inner() {
-                Ok((_, v)) => decode(&v).err().map(|e| e.to_string()),
-                Err(e) => Some(describe_fjall(&e)),
-            };
-            if let Some(reason) = failed {
-                failures += 1;
-                first.get_or_insert(reason);
-                // An iterator that keeps failing is stuck on one bad block.
-                if failures > 1000 {
-                    break;
-                }
-            }
-        }
-        if let Some(reason) = first {
-            push_first(
-                &mut out,
-                format!("{name}: {failures} value(s), first: {reason}"),
-            );
-        }
-    }
-    out
 }
 
 /// Acknowledged ids no record of the store has (at most `limit`): those the keyword index
@@ -467,14 +245,6 @@ pub(super) fn accept_loss(s: &Shared) -> Result<Vec<String>> {
         lost.len()
     );
     Ok(lost)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum NormProblem {
-    /// An active record has no dedup key.
-    Missing,
-    /// A dedup key names no active record with that text.
-    Dangling,
 }
 
 pub(super) fn push_first(list: &mut Vec<String>, item: String) {

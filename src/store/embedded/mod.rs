@@ -26,6 +26,8 @@ mod doctor;
 mod evidence;
 mod group;
 mod indexer;
+mod journal_entries;
+mod journal_merge;
 mod lru;
 mod ops;
 mod order;
@@ -39,6 +41,7 @@ mod search;
 mod shared;
 mod totals;
 mod tx;
+mod upgrade;
 mod uses;
 mod window;
 mod write;
@@ -51,7 +54,6 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::MAX_CAP;
 use crate::model::ScopeKey;
-use crate::store::codec;
 use crate::store::engine::{describe_fjall, locked};
 use crate::store::index::KeywordIndex;
 use crate::store::{durable, fjall_files};
@@ -63,6 +65,7 @@ use queue::IndexQueue;
 use records::Records;
 use scopes::Scopes;
 use shared::Shared;
+use upgrade::Upgrade;
 use uses::UseQueue;
 
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
@@ -169,7 +172,7 @@ impl EmbeddedStore {
         fjall_files::restore_lock(&records_dir)?;
         fjall_files::check_before_open(dir, &records_dir)?;
         let records = Records::open(dir, &records_dir, b.cache_bytes)?;
-        let upgrade = needs_upgrade(&records, dir)?;
+        let upgrade = Upgrade::needed(&records, dir)?;
         let opened = KeywordIndex::open(&dir.join("index"))?;
         // Before anything is acknowledged: the names of `records/` and `index/` in `dir`,
         // and what fjall created in `records/` without syncing it.
@@ -207,17 +210,7 @@ impl EmbeddedStore {
             clock,
             cap: b.cap,
         });
-        if upgrade.dedup_keys {
-            doctor::upgrade_dedup_keys(&shared)?;
-        }
-        if upgrade.decision_keys {
-            let moved = shared.journal.rekey(&shared.group)?;
-            log::info!("[store] re-keyed {moved} decision-journal entries by their class");
-        }
-        if upgrade.dedup_keys || upgrade.decision_keys {
-            // Last: an upgrade cut short is redone at the next open (each step is).
-            shared.records.mark_format()?;
-        }
+        upgrade.apply(&shared)?;
         indexer::recover(&shared, opened.watermark)?;
         let worker = Arc::clone(&shared);
         let indexer = std::thread::Builder::new()
@@ -397,55 +390,6 @@ impl Drop for EmbeddedStore {
             let _ = self.close_inner();
         }
     }
-}
-
-/// What an older store needs at open to become the current format. Each step can be redone, so
-/// the format is marked only after all of them.
-#[derive(Clone, Copy, Default)]
-struct Upgrade {
-    /// Format 1: one dedup key per normalized text, rebuilt from the records.
-    dedup_keys: bool,
-    /// Formats 1 to 4: decision-journal entries re-keyed with their class (the event, or the
-    /// never-used eviction's own byte).
-    decision_keys: bool,
-}
-
-/// What the store at `records` needs to become the current format; a new store is marked with
-/// it, a newer one refused.
-fn needs_upgrade(records: &Records, dir: &Path) -> Result<Upgrade> {
-    let upgrade = match records.format()?.as_deref() {
-        Some([codec::STORE_FORMAT]) => Upgrade::default(),
-        Some([1]) => Upgrade {
-            dedup_keys: true,
-            decision_keys: true,
-        },
-        // Format 2 holds no usage entry: only its journal's keys change; format 4 keyed
-        // never-used evictions as every eviction.
-        Some([2..=4]) => Upgrade {
-            dedup_keys: false,
-            decision_keys: true,
-        },
-        Some(v) => {
-            return Err(Error::format(format!(
-                "the store {} has format version {:?}; this build reads versions 1 to {}",
-                dir.display(),
-                v,
-                codec::STORE_FORMAT
-            )))
-        }
-        None => {
-            records.mark_format()?;
-            Upgrade::default()
-        }
-    };
-    if upgrade.dedup_keys || upgrade.decision_keys {
-        log::info!(
-            "[store] upgrading {} to format {}",
-            dir.display(),
-            codec::STORE_FORMAT
-        );
-    }
-    Ok(upgrade)
 }
 
 /// Takes the store directory's exclusive lock, or says who holds it.

@@ -10,11 +10,14 @@ use super::EmbeddedStore;
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
 use crate::model::{Candidate, Kind, Record, RecordId, Retrieved, ScopeKey, WriteCounts};
+use crate::store::api::MemoryStore;
 use crate::store::codec;
-use crate::store::{
+use crate::store::counters::DayStats;
+use crate::store::validate::{
     group_import, validate_decision_query, validate_forget_id, validate_limit, validate_query,
-    DayStats, ImportReport, ListFilter, ListQuery, MemoryStore, SweepReceipt, Window, WriteOptions,
+    ListFilter,
 };
+use crate::store::values::{ImportReport, ListQuery, SweepReceipt, Window, WriteOptions};
 use crate::time::format_day;
 
 /// Retired records an export reads from one snapshot: a few seconds of reading, so the
@@ -242,15 +245,15 @@ impl MemoryStore for EmbeddedStore {
         self.shared.journal.export(sink)
     }
 
-    fn memory(&self) -> Option<crate::store::MemoryUse> {
+    fn memory(&self) -> Option<super::MemoryUse> {
         Some(EmbeddedStore::memory(self))
     }
 
-    fn now(&self) -> crate::store::Millis {
+    fn now(&self) -> crate::time::Millis {
         (self.shared.clock)()
     }
 
-    fn upkeep(&self) -> Option<crate::store::Upkeep> {
+    fn upkeep(&self) -> Option<super::Upkeep> {
         Some(EmbeddedStore::upkeep(self))
     }
 

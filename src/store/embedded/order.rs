@@ -2,15 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::Record;
-
-/// `(lastUsedAt ?? createdAt, createdAt, seq)`: least recently used, then older, then lower seq.
-pub(super) type LruKey = (i64, i64, u64);
-
-/// The eviction order of a record.
-pub(super) fn lru_key(r: &Record, seq: u64) -> LruKey {
-    (r.usage_time(), r.created_at, seq)
-}
+use super::tx::LruKey;
 
 /// A scope's active records in eviction order, kept in memory: an on-disk usage index gets a
 /// tombstone at its head with every bump and eviction, so each eviction scan walks all earlier

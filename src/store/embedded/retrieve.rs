@@ -20,7 +20,7 @@ use super::shared::Shared;
 use crate::error::Result;
 use crate::model::{Record, Retrieved, ScopeKey};
 use crate::rank::{rank, rank_by};
-use crate::store::{validate_limit, validate_query};
+use crate::store::validate::{validate_limit, validate_query};
 use crate::text::{lowercase, token_slices};
 
 /// `MemoryStore::retrieve_marked`: the ranked records, bumped, each marked with whether this

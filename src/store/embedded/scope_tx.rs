@@ -12,8 +12,8 @@
 //! **Invariant:** a batch that changes nothing is not committed, and nothing is waited on.
 //! **Invariant:** an insert never replaces a record: an id the scope holds is refused as damage.
 
-use super::decisions;
 use super::group::Ticket;
+use super::journal_entries;
 use super::phases::{self, Phase};
 use super::scopes::Scope;
 use super::shared::Shared;
@@ -22,8 +22,8 @@ use crate::decisions::{Decision, DecisionEvent};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Record, ScopeKey, Status};
 use crate::store::codec::ScopeMeta;
+use crate::store::counters::DayCounters;
 use crate::store::index::IndexOp;
-use crate::store::DayCounters;
 
 /// One scope's change being built, under the scope's write lock (see the module docs).
 pub(super) struct ScopeTx<'a> {
@@ -169,7 +169,7 @@ impl ScopeTx<'_> {
         };
         self.retire(r, &with_status(r, status), seq)?;
         self.count(count)?;
-        self.journal(&[decisions::of_retire(self.now, r, event)])
+        self.journal(&[journal_entries::of_retire(self.now, r, event)])
     }
 
     /// Makes the scope's next id at least `next_seq`.

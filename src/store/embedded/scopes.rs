@@ -22,18 +22,18 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use super::lru::Lru;
-use super::order::{lru_key, EvictionOrder, LruKey};
+use super::order::EvictionOrder;
 use super::phases::{self, Phase};
 use super::records::Records;
 use super::search::ScopeSearch;
 use super::totals::ScopeFts;
-use super::tx::Change;
+use super::tx::{lru_key, Change, LruKey};
 use super::window::{Next, WindowData, WINDOW_LEN};
 use crate::error::Result;
 use crate::fts::FtsDoc;
 use crate::model::{Record, ScopeKey};
 use crate::store::codec::ScopeMeta;
-use crate::store::DayCounters;
+use crate::store::counters::DayCounters;
 
 /// One scope in memory.
 pub(super) struct Scope {

@@ -8,11 +8,19 @@ use std::sync::Arc;
 
 use fjall::OwnedWriteBatch;
 
-use super::order::{lru_key, LruKey};
 use crate::fts::FtsDoc;
 use crate::model::{Kind, Record, Status};
 use crate::store::codec::ScopeMeta;
-use crate::store::DayCounters;
+use crate::store::counters::DayCounters;
+
+/// `(lastUsedAt ?? createdAt, createdAt, seq)`: least recently used, then older, then lower seq.
+pub(super) type LruKey = (i64, i64, u64);
+
+/// A record's place in its scope's eviction order (`order::EvictionOrder`), as a change
+/// carries it.
+pub(super) fn lru_key(r: &Record, seq: u64) -> LruKey {
+    (r.usage_time(), r.created_at, seq)
+}
 
 /// One scope's batch being built, with what it changes in the scope's active set. Built
 /// under the scope's write lock (by `ScopeTx`, or a retrieve's use bump), filled by the edits

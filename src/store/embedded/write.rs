@@ -4,20 +4,20 @@
 
 use std::collections::HashMap;
 
-use super::decisions;
-use super::order::LruKey;
+use super::journal_entries;
 use super::phases::{self, Phase, WriteTally};
 use super::scope_tx::{self, ScopeTx};
 use super::scopes::Scope;
 use super::shared::Shared;
-use super::tx::DedupKeys;
+use super::tx::{DedupKeys, LruKey};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{
     Candidate, Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts,
 };
 use crate::store::codec::{self, ScopeMeta};
 use crate::store::plan;
-use crate::store::{validate_write, WriteOptions};
+use crate::store::validate::validate_write;
+use crate::store::values::WriteOptions;
 use crate::text::normalize;
 
 /// `MemoryStore::write`: restate, dedup, insert, supersede, then evict to the cap, as one
@@ -251,7 +251,7 @@ fn apply_plan(
     }
     tx.reserve(plan.next_seq);
     tx.count(|d| d.add_write(&plan.counts, summaries, options.tally.as_ref()))?;
-    tx.journal(&decisions::of_write(
+    tx.journal(&journal_entries::of_write(
         scope,
         now,
         valid,

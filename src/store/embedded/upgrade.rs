@@ -1,0 +1,107 @@
+//! Format upgrades: what a store written by an older format needs at open, and the steps
+//! that bring it to the current one (`codec::STORE_FORMAT`). The steps that rewrite a part's
+//! contents belong to its owner (the records' dedup keys, the decision journal's keys); the
+//! order they run in, and when the format is marked, live here and nowhere else.
+//!
+//! **Invariant:** each step can be redone, and the format is marked only after all of them: an
+//! upgrade cut short is finished at the next open.
+
+use std::path::Path;
+
+use super::records::Records;
+use super::shared::Shared;
+use crate::error::{Error, Result};
+use crate::store::codec;
+
+/// What an older store needs at open to become the current format. Each step can be redone, so
+/// the format is marked only after all of them.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Upgrade {
+    /// Format 1: one dedup key per normalized text, rebuilt from the records.
+    dedup_keys: bool,
+    /// Formats 1 to 4: decision-journal entries re-keyed with their class (the event, or the
+    /// never-used eviction's own byte).
+    decision_keys: bool,
+}
+
+impl Upgrade {
+    /// What the store at `records` needs to become the current format; a new store is marked
+    /// with it, a newer one refused.
+    pub(super) fn needed(records: &Records, dir: &Path) -> Result<Upgrade> {
+        let upgrade = match records.format()?.as_deref() {
+            Some([codec::STORE_FORMAT]) => Upgrade::default(),
+            Some([1]) => Upgrade {
+                dedup_keys: true,
+                decision_keys: true,
+            },
+            // Format 2 holds no usage entry: only its journal's keys change; format 4 keyed
+            // never-used evictions as every eviction.
+            Some([2..=4]) => Upgrade {
+                dedup_keys: false,
+                decision_keys: true,
+            },
+            Some(v) => {
+                return Err(Error::format(format!(
+                    "the store {} has format version {:?}; this build reads versions 1 to {}",
+                    dir.display(),
+                    v,
+                    codec::STORE_FORMAT
+                )))
+            }
+            None => {
+                records.mark_format()?;
+                Upgrade::default()
+            }
+        };
+        if upgrade.dedup_keys || upgrade.decision_keys {
+            log::info!(
+                "[store] upgrading {} to format {}",
+                dir.display(),
+                codec::STORE_FORMAT
+            );
+        }
+        Ok(upgrade)
+    }
+
+    /// Runs the steps this store needs, then marks it with the current format.
+    pub(super) fn apply(self, shared: &Shared) -> Result<()> {
+        if self.dedup_keys {
+            upgrade_dedup_keys(shared)?;
+        }
+        if self.decision_keys {
+            let moved = shared.journal.rekey(&shared.group)?;
+            log::info!("[store] re-keyed {moved} decision-journal entries by their class");
+        }
+        if self.dedup_keys || self.decision_keys {
+            // Last: an upgrade cut short is redone at the next open (each step is).
+            shared.records.mark_format()?;
+        }
+        Ok(())
+    }
+}
+
+/// Upgrades a version 1 store in place: its dedup keys (one per record, found by prefix
+/// scans) are replaced by version 2's (one per normalized text, found by a point read),
+/// then the format says 2. Interrupted, it starts over at the next open: the keys are
+/// derived from the records.
+fn upgrade_dedup_keys(s: &Shared) -> Result<()> {
+    log::info!(
+        "[store] upgrading {} to format {}: rebuilding its dedup keys",
+        s.dir.display(),
+        codec::STORE_FORMAT
+    );
+    s.records.clear_dedup_keys()?;
+    let snapshot = s.records.snapshot();
+    let wanted = s.records.wanted_dedup_keys(&snapshot, None)?;
+    let mut batch = s.records.batch();
+    let mut n = 0;
+    for (k, seqs) in wanted {
+        s.records.put_dedup_key(&mut batch, k, &seqs)?;
+        n += 1;
+        if n % 10_000 == 0 {
+            let full = std::mem::replace(&mut batch, s.records.batch());
+            s.group.append_durably(full, "upgrading the dedup keys")?;
+        }
+    }
+    s.group.append_durably(batch, "upgrading the dedup keys")
+}
