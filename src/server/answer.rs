@@ -93,7 +93,8 @@ impl Refusal {
         )
     }
 
-    /// What the client reads.
+    /// What the client reads (the MCP tools answer it as text).
+    #[cfg(any(feature = "mcp", test))]
     pub(super) fn reason(&self) -> &str {
         &self.reason
     }
@@ -136,6 +137,7 @@ pub(super) enum JsonText {
 impl JsonText {
     /// The text in one string (a tool's answer over MCP is one). Pieces are cut only between
     /// whole values, so their bytes join into the UTF-8 they were written from.
+    #[cfg(any(feature = "mcp", test))]
     pub(super) fn into_string(self) -> String {
         match self {
             JsonText::Whole(text) => text,

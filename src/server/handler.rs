@@ -60,9 +60,11 @@ pub(super) type Mcp = Arc<
         rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
     >,
 >;
-/// Without the feature, `/mcp` is not served.
+/// Without the feature, `/mcp` is not served: nothing to hold (a type of its own rather than
+/// `()`, so the router clones it the same way under either build).
 #[cfg(not(feature = "mcp"))]
-pub(super) type Mcp = ();
+#[derive(Clone)]
+pub(super) struct Mcp;
 
 /// Decides the answer, in the contract's order.
 async fn dispatch(

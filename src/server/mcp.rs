@@ -501,7 +501,7 @@ impl ServerHandler for Lessons {
 
 /// Serves MCP over this process's stdin and stdout until the client closes either; `Ok` then,
 /// whatever the client did. Runs on a current-thread runtime: store calls run inline.
-pub(crate) async fn serve_stdio(state: Arc<AppState>) -> std::io::Result<()> {
+pub async fn serve_mcp_stdio(state: Arc<AppState>) -> std::io::Result<()> {
     let closed = Arc::new(tokio::sync::Notify::new());
     // Pipes (how MCP clients start a server) are read and written on the IO reactor, not the
     // blocking pool: no thread hand-off per message, and a read that can be cancelled.

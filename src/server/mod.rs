@@ -24,6 +24,9 @@ mod routes;
 pub(crate) mod wire;
 
 pub use conn::Limits;
+/// The Model Context Protocol over this process's stdin and stdout (what `lessons mcp` runs).
+#[cfg(feature = "mcp")]
+pub use mcp::serve_mcp_stdio;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -140,7 +143,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     #[cfg(feature = "mcp")]
     let mcp: handler::Mcp = Arc::new(mcp::http_service(&state));
     #[cfg(not(feature = "mcp"))]
-    let mcp: handler::Mcp = ();
+    let mcp = handler::Mcp;
     Router::new().fallback(move |req: Request| {
         let state = Arc::clone(&state);
         let mcp = mcp.clone();
