@@ -5,7 +5,7 @@
 //! panics on any input. A default method is built only from the trait's other methods.
 
 use super::counters::DayStats;
-use super::embedded::{MemoryUse, Upkeep};
+use super::upkeep::{MemoryUse, Upkeep};
 use super::validate::validate_decision_query;
 use super::values::{ImportReport, ListQuery, SweepReceipt, Window, WriteOptions};
 use crate::decisions::{Decision, DecisionQuery};

@@ -21,6 +21,7 @@ pub(crate) mod index;
 mod memory;
 pub(crate) mod plan;
 mod salvage;
+mod upkeep;
 mod validate;
 mod values;
 
@@ -28,12 +29,10 @@ pub use crate::model::Tally;
 pub use crate::time::{system_clock, Clock, Millis};
 pub use api::MemoryStore;
 pub use counters::{DayCounters, DayStats};
-pub use embedded::{
-    Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, MemoryUse, SyncTimes, Upkeep,
-    DEFAULT_CACHE_BYTES,
-};
+pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFAULT_CACHE_BYTES};
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
+pub use upkeep::{MemoryUse, SyncTimes, Upkeep};
 #[cfg(any(feature = "remote", feature = "server"))]
 pub(crate) use validate::validate_forget_id;
 pub use values::{ImportReport, ListQuery, SweepReceipt, Window, WriteOptions};

@@ -56,6 +56,7 @@ use crate::limits::MAX_CAP;
 use crate::model::ScopeKey;
 use crate::store::engine::{describe_fjall, locked};
 use crate::store::index::KeywordIndex;
+use crate::store::upkeep::{MemoryUse, Upkeep};
 use crate::store::{durable, fjall_files};
 use crate::time::system_clock;
 use decisions::DecisionJournal;
@@ -71,67 +72,6 @@ use uses::UseQueue;
 pub use builder::{Durability, EmbeddedStoreBuilder, DEFAULT_CACHE_BYTES};
 pub use doctor::Health;
 pub(crate) use evidence::{read_next_ids, NextIds};
-pub use group::SyncTimes;
-
-/// What an [`EmbeddedStore`] holds in memory, by part, in bytes: the parts a deployment sizes.
-/// A process holds more (the allocator's free space, tantivy's merges and searchers, request
-/// buffers); `/metrics` shows these beside the process's resident memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemoryUse {
-    /// fjall's memtables, the one filling and those sealed and being flushed: written records
-    /// not yet in a table file. Each keyspace seals its memtable at a fixed size.
-    pub memtables: u64,
-    /// The block cache's contents, and the capacity it never exceeds (`cache_bytes`).
-    pub block_cache: u64,
-    /// See `block_cache`.
-    pub block_cache_capacity: u64,
-    /// The scope map's derived state (windows, eviction orders, FTS totals, held searches), as
-    /// counted against its budget, and that budget: scopes nobody uses are dropped above it.
-    pub scope_map: u64,
-    /// See `scope_map`.
-    pub scope_map_budget: u64,
-    /// The keyword index writer's heap (documents staged for the next commit).
-    pub index_writer_heap: u64,
-    /// Index changes waiting for a commit, a count: bounded by the indexer's backpressure.
-    pub index_pending_changes: u64,
-}
-
-/// The storage engine's background work now: what a write's tail and a read's cost move with.
-/// A store is at rest when none of it is pending.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Upkeep {
-    /// Sealed memtables waiting to be written out as tables.
-    pub flushes_waiting: u64,
-    /// Compactions running now.
-    pub compactions_running: u64,
-    /// Compactions finished since the store opened.
-    pub compactions_done: u64,
-    /// Time spent compacting since the store opened, in microseconds.
-    pub compacting_micros: u64,
-    /// Index changes waiting for a commit (as in [`MemoryUse`]).
-    pub index_pending_changes: u64,
-    /// Scopes whose decision journal the pruner has yet to count: until it does, a read of
-    /// one event of a full journal reads up to `journalCap` keys to find what it hides.
-    pub journals_to_count: u64,
-    /// Retrieves' use bumps applied in memory and not yet committed to the records.
-    pub uses_waiting: u64,
-    /// The journal's group fsyncs since the store opened (the durable writes' and the index
-    /// commits'), by duration as the syncing thread saw it: the disk's answer and any wait
-    /// for a CPU after it.
-    pub journal_syncs: SyncTimes,
-}
-
-impl Upkeep {
-    /// Nothing waits to flush, no compaction runs, the index holds every change, every
-    /// journal read so far is counted and every use is committed.
-    pub fn at_rest(&self) -> bool {
-        self.flushes_waiting == 0
-            && self.compactions_running == 0
-            && self.index_pending_changes == 0
-            && self.journals_to_count == 0
-            && self.uses_waiting == 0
-    }
-}
 
 /// The embedded store: see the module docs.
 pub struct EmbeddedStore {

@@ -13,6 +13,7 @@ use crate::model::{Candidate, Kind, Record, RecordId, Retrieved, ScopeKey, Write
 use crate::store::api::MemoryStore;
 use crate::store::codec;
 use crate::store::counters::DayStats;
+use crate::store::upkeep::{MemoryUse, Upkeep};
 use crate::store::validate::{
     group_import, validate_decision_query, validate_forget_id, validate_limit, validate_query,
     ListFilter,
@@ -245,7 +246,7 @@ impl MemoryStore for EmbeddedStore {
         self.shared.journal.export(sink)
     }
 
-    fn memory(&self) -> Option<super::MemoryUse> {
+    fn memory(&self) -> Option<MemoryUse> {
         Some(EmbeddedStore::memory(self))
     }
 
@@ -253,7 +254,7 @@ impl MemoryStore for EmbeddedStore {
         (self.shared.clock)()
     }
 
-    fn upkeep(&self) -> Option<super::Upkeep> {
+    fn upkeep(&self) -> Option<Upkeep> {
         Some(EmbeddedStore::upkeep(self))
     }
 
