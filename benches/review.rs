@@ -141,7 +141,7 @@ fn settle(store: &EmbeddedStore) -> Duration {
     let mut quiet = 0;
     while quiet < 5 && started.elapsed() < Duration::from_secs(600) {
         std::thread::sleep(Duration::from_millis(200));
-        quiet = if store.upkeep().at_rest() {
+        quiet = if store.upkeep().is_some_and(|u| u.at_rest()) {
             quiet + 1
         } else {
             0

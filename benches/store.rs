@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
-use lessons::store::Clock;
+use lessons::Clock;
 use lessons::{
     Candidate, Durability, EmbeddedStore, ListQuery, MemoryStore, ScopeKey, WriteOptions,
 };

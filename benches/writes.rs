@@ -49,7 +49,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lessons::internals::{last_write, WritePhases};
-use lessons::store::{Clock, SyncTimes};
+use lessons::store::SyncTimes;
+use lessons::Clock;
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
 use support::{brief, records, text, vocabulary, Rng, SqliteScope, Steal, NOW};
 
@@ -488,9 +489,14 @@ fn main() {
     let mut syncs = SyncTimes::default();
     for round in ["the first after the load", "the next (steady)"] {
         let steal = Steal::now();
-        let before = st.lessons.upkeep().journal_syncs;
+        let before = st.lessons.upkeep().expect("reported").journal_syncs;
         let (ours_rate, ours) = drive(threads, scopes, phase, lessons_op(&st));
-        syncs = st.lessons.upkeep().journal_syncs.since(&before);
+        syncs = st
+            .lessons
+            .upkeep()
+            .expect("reported")
+            .journal_syncs
+            .since(&before);
         let ours_steal = steal.since();
         let steal = Steal::now();
         let (base_rate, base) = drive(threads, scopes, phase, sqlite_op(&st));

@@ -299,7 +299,7 @@ fn read_everywhere(
     let t = Instant::now();
     while t.elapsed() < phase {
         std::thread::sleep(phase / 6);
-        let m = store.memory();
+        let m = store.memory().expect("the embedded store reports it");
         let line = format!(
             "{} after {} reads ({} anonymous, {} file-backed: the index's mapped pages; heap {}; held: scope map {} of {}, block cache {}, memtables {})",
             mb(rss()),

@@ -9,9 +9,10 @@ use crate::limits::{
     MAX_BATCH, MAX_CAP, MAX_IMPORT, MAX_LIMIT, MAX_QUERY_UNITS, MAX_REF_UNITS, MAX_REVIEW_DAYS,
     MAX_RUN_TEXT_UNITS,
 };
+use crate::model::Tally;
 use crate::model::{Candidate, Kind, Record, ScopeKey};
 use crate::reflect::{Origin, Shown};
-use crate::store::{ListQuery, Tally};
+use crate::store::ListQuery;
 use crate::text::utf16_len;
 
 /// A parsed request body. Each variant's fields are its route's JSON fields (see the route table

@@ -127,12 +127,14 @@ pub trait MemoryStore: Send + Sync {
     fn import_decisions(&self, entries: &[Decision]) -> Result<u64>;
 
     /// What the store holds in memory, by part, for `/metrics`; `None` for a store that does
-    /// not account for it (one in memory, one behind a server).
+    /// not account for it (one in memory, one behind a server). The embedded store always
+    /// answers it.
     fn memory(&self) -> Option<MemoryUse> {
         None
     }
 
     /// The storage engine's background work, for `/metrics`; `None` for a store without one.
+    /// The embedded store always answers it.
     fn upkeep(&self) -> Option<Upkeep> {
         None
     }

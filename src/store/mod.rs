@@ -25,8 +25,6 @@ mod upkeep;
 mod validate;
 mod values;
 
-pub use crate::model::Tally;
-pub use crate::time::{system_clock, Clock, Millis};
 pub use api::MemoryStore;
 pub use counters::{DayCounters, DayStats};
 pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFAULT_CACHE_BYTES};

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use lessons::store::Tally;
+use lessons::model::Tally;
 use lessons::{
     Candidate, Durability, EmbeddedStore, InMemoryStore, Kind, ListQuery, MemoryStore, Record,
     WriteOptions,

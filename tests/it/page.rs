@@ -30,7 +30,7 @@ fn fixture(dir: &std::path::Path) {
         .write(&repo, &facts, &WriteOptions::default())
         .expect("write");
     let opts = WriteOptions {
-        tally: Some(lessons::store::Tally {
+        tally: Some(lessons::model::Tally {
             offered: 2,
             rejected: 1,
             rejected_by: [("reference".to_owned(), 1), ("sha".to_owned(), 1)]

@@ -163,7 +163,7 @@ fn export_and_import_carry_the_journal() {
 /// holds the embedded one).
 fn both_stores(cap: usize) -> (tempfile::TempDir, EmbeddedStore, InMemoryStore) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let clock: lessons::store::Clock = std::sync::Arc::new(|| 1_795_424_400_000);
+    let clock: lessons::Clock = std::sync::Arc::new(|| 1_795_424_400_000);
     let embedded = EmbeddedStore::builder()
         .cap(cap)
         .clock(clock.clone())
@@ -365,13 +365,10 @@ fn a_journal_visit_hands_what_a_read_answers_and_stops_where_asked() {
 }
 
 /// A clock the test moves: the time it reads, and the store's clock reading it.
-fn settable_clock() -> (
-    std::sync::Arc<std::sync::atomic::AtomicI64>,
-    lessons::store::Clock,
-) {
+fn settable_clock() -> (std::sync::Arc<std::sync::atomic::AtomicI64>, lessons::Clock) {
     let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_795_424_400_000));
     let read = std::sync::Arc::clone(&now);
-    let clock: lessons::store::Clock =
+    let clock: lessons::Clock =
         std::sync::Arc::new(move || read.load(std::sync::atomic::Ordering::SeqCst));
     (now, clock)
 }

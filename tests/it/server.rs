@@ -376,7 +376,7 @@ fn the_rollup_line_has_counts_only() {
             &lessons::WriteOptions::default(),
         )
         .expect("write");
-    let today = lessons::internals::day_of(lessons::store::system_clock()());
+    let today = lessons::internals::day_of(lessons::system_clock()());
     let lines = lessons::internals::rollup_lines(&store, today).expect("rollup");
     assert_eq!(lines.len(), 1);
     assert!(lines[0].starts_with("[memory] day "));

@@ -275,7 +275,7 @@ macro_rules! delegate_store {
         }
     };
     (@one now) => {
-        fn now(&self) -> lessons::store::Millis { self.0.now() }
+        fn now(&self) -> lessons::Millis { self.0.now() }
     };
     (@one active_count) => {
         fn active_count(&self, s: &lessons::ScopeKey) -> lessons::Result<u64> {

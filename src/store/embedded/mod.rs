@@ -56,7 +56,6 @@ use crate::limits::MAX_CAP;
 use crate::model::ScopeKey;
 use crate::store::engine::{describe_fjall, locked};
 use crate::store::index::KeywordIndex;
-use crate::store::upkeep::{MemoryUse, Upkeep};
 use crate::store::{durable, fjall_files};
 use crate::time::system_clock;
 use decisions::DecisionJournal;
@@ -175,37 +174,6 @@ impl EmbeddedStore {
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.shared.dir
-    }
-
-    /// What the store holds in memory now, by part (see [`MemoryUse`]).
-    pub fn memory(&self) -> MemoryUse {
-        let s = &*self.shared;
-        let (scope_map, scope_map_budget) = s.scopes.bytes();
-        MemoryUse {
-            memtables: s.records.db().write_buffer_size(),
-            block_cache: s.records.db().cache_size(),
-            block_cache_capacity: s.records.db().cache_capacity(),
-            scope_map: scope_map as u64,
-            scope_map_budget: scope_map_budget as u64,
-            index_writer_heap: crate::store::index::WRITER_HEAP as u64,
-            index_pending_changes: s.queue.pending_changes() as u64,
-        }
-    }
-
-    /// The storage engine's background work now (see [`Upkeep`]).
-    pub fn upkeep(&self) -> Upkeep {
-        let s = &*self.shared;
-        let db = s.records.db();
-        Upkeep {
-            flushes_waiting: db.outstanding_flushes() as u64,
-            compactions_running: db.active_compactions() as u64,
-            compactions_done: db.compactions_completed() as u64,
-            compacting_micros: u64::try_from(db.time_compacting().as_micros()).unwrap_or(u64::MAX),
-            index_pending_changes: s.queue.pending_changes() as u64,
-            journals_to_count: s.journal.uncounted() as u64,
-            uses_waiting: s.uses.waiting(),
-            journal_syncs: s.group.sync_times(),
-        }
     }
 
     /// Commits the keyword index now and makes every acknowledged write durable on disk.

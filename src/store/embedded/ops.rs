@@ -247,7 +247,17 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn memory(&self) -> Option<MemoryUse> {
-        Some(EmbeddedStore::memory(self))
+        let s = &*self.shared;
+        let (scope_map, scope_map_budget) = s.scopes.bytes();
+        Some(MemoryUse {
+            memtables: s.records.db().write_buffer_size(),
+            block_cache: s.records.db().cache_size(),
+            block_cache_capacity: s.records.db().cache_capacity(),
+            scope_map: scope_map as u64,
+            scope_map_budget: scope_map_budget as u64,
+            index_writer_heap: crate::store::index::WRITER_HEAP as u64,
+            index_pending_changes: s.queue.pending_changes() as u64,
+        })
     }
 
     fn now(&self) -> crate::time::Millis {
@@ -255,7 +265,18 @@ impl MemoryStore for EmbeddedStore {
     }
 
     fn upkeep(&self) -> Option<Upkeep> {
-        Some(EmbeddedStore::upkeep(self))
+        let s = &*self.shared;
+        let db = s.records.db();
+        Some(Upkeep {
+            flushes_waiting: db.outstanding_flushes() as u64,
+            compactions_running: db.active_compactions() as u64,
+            compactions_done: db.compactions_completed() as u64,
+            compacting_micros: u64::try_from(db.time_compacting().as_micros()).unwrap_or(u64::MAX),
+            index_pending_changes: s.queue.pending_changes() as u64,
+            journals_to_count: s.journal.uncounted() as u64,
+            uses_waiting: s.uses.waiting(),
+            journal_syncs: s.group.sync_times(),
+        })
     }
 
     fn import_decisions(&self, entries: &[Decision]) -> Result<u64> {

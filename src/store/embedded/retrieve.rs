@@ -274,6 +274,12 @@ mod tests {
             .expect("write");
     }
 
+    fn upkeep(store: &EmbeddedStore) -> crate::store::Upkeep {
+        store
+            .upkeep()
+            .expect("the embedded store reports its upkeep")
+    }
+
     fn uses_of(store: &EmbeddedStore, id: &str) -> u64 {
         store.get(id).expect("get").expect("stored").use_count
     }
@@ -305,13 +311,13 @@ mod tests {
                 .expect("retrieve");
             let mine = answer.iter().find(|r| r.id == id).expect("the same record");
             assert_eq!(mine.use_count, 2, "answered with its own use");
-            store.upkeep().uses_waiting
+            upkeep(&store).uses_waiting
         });
         assert!(waiting >= 1, "its use waited for the committer: {waiting}");
         // A reader of the records waits for the use to land.
         assert_eq!(uses_of(&store, &id), 2);
         store.flush().expect("flush");
-        assert_eq!(store.upkeep().uses_waiting, 0);
+        assert_eq!(upkeep(&store).uses_waiting, 0);
     }
 
     #[test]

@@ -118,6 +118,12 @@ fn an_unknown_format_version_is_a_clear_error() {
 }
 
 /// Writes one fact to `key`, a lesson the gate lets through.
+fn upkeep(store: &EmbeddedStore) -> lessons::store::Upkeep {
+    store
+        .upkeep()
+        .expect("the embedded store reports its upkeep")
+}
+
 fn write_lint_fact(store: &EmbeddedStore, key: &ScopeKey) {
     store
         .write(
@@ -140,14 +146,14 @@ fn an_embedded_store_accounts_for_what_it_holds_within_its_bounds() {
             .cache_bytes(8 << 20)
             .scope_cache(16, 4 << 20),
     );
-    let before = store.memory();
+    let before = store.memory().expect("the embedded store reports it");
     assert_eq!(before.block_cache_capacity, 8 << 20);
     assert_eq!(before.scope_map_budget, 4 << 20);
     assert_eq!(before.scope_map, 0, "nothing read yet");
     let key = scope("repo:acme/app");
     write_lint_fact(&store, &key);
     store.window(&key, 10).expect("window");
-    let after = store.memory();
+    let after = store.memory().expect("the embedded store reports it");
     assert!(after.memtables > before.memtables, "{after:?}");
     assert!(
         after.scope_map > 0 && after.scope_map <= after.scope_map_budget,
@@ -171,17 +177,17 @@ fn an_embedded_store_reports_its_background_work_and_comes_to_rest() {
             .durability(Durability::Buffered)
             .index_commit(1_000_000, Duration::from_millis(50)),
     );
-    assert!(store.upkeep().at_rest(), "{:?}", store.upkeep());
+    assert!(upkeep(&store).at_rest(), "{:?}", upkeep(&store));
     let key = scope("repo:acme/app");
     write_lint_fact(&store, &key);
     store.flush().expect("flush");
-    assert_eq!(store.upkeep().index_pending_changes, 0);
+    assert_eq!(upkeep(&store).index_pending_changes, 0);
     // The write's journal entry has the pruner count the scope's journal, within a round.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !store.upkeep().at_rest() && std::time::Instant::now() < deadline {
+    while !upkeep(&store).at_rest() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let rested = store.upkeep();
+    let rested = upkeep(&store);
     assert!(rested.at_rest(), "{rested:?}");
     assert_eq!(rested.journals_to_count, 0);
     assert_eq!(
@@ -198,7 +204,7 @@ fn a_synced_store_counts_and_times_the_fsyncs_its_writes_waited_on() {
     let dir = StoreDir::new();
     let store = dir.open();
     let key = scope("repo:acme/app");
-    let before = store.upkeep().journal_syncs;
+    let before = upkeep(&store).journal_syncs;
     for i in 0..3 {
         store
             .write(
@@ -211,7 +217,7 @@ fn a_synced_store_counts_and_times_the_fsyncs_its_writes_waited_on() {
             )
             .expect("write");
     }
-    let syncs = store.upkeep().journal_syncs.since(&before);
+    let syncs = upkeep(&store).journal_syncs.since(&before);
     // One writer: each write waits on an fsync of its own (an index commit may add one).
     assert!(syncs.count() >= 3, "{syncs:?}");
     assert!(syncs.quantile(0.5) <= syncs.quantile(1.0));

@@ -1,7 +1,7 @@
 //! Scopes apart: isolated records, counters per scope per day, active counts, and exports
 //! that give every scope's records once.
 
-use lessons::store::Tally;
+use lessons::model::Tally;
 use lessons::{
     Candidate, Durability, EmbeddedStore, InMemoryStore, ListQuery, MemoryStore, Status,
     WriteOptions,
