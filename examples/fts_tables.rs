@@ -1,7 +1,7 @@
-//! Prints `src/fts_tables.rs`: how SQLite FTS5's default `unicode61` tokenizer classifies every
+//! Prints `crates/lessons/src/fts_tables.rs`: how SQLite FTS5's default `unicode61` tokenizer classifies every
 //! code point, asked of the bundled SQLite itself (the oracle the retrieve tests compare with).
 //!
-//! `cargo run --example fts_tables > src/fts_tables.rs`
+//! `cargo run --example fts_tables > crates/lessons/src/fts_tables.rs`
 //!
 //! For each code point `c`, the rows `"a" + c + "b"` and `c + "b"` are indexed: two terms for the
 //! first mean `c` separates tokens; one term `a?b` means `c` is a token character folding to `?`;

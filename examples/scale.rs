@@ -55,7 +55,7 @@ impl Shape {
 }
 
 /// The allocator the `lessons` binary runs on (see `lessons::allocator`), so the resident sizes
-/// are a server's; `--no-default-features --features cli` measures the system allocator.
+/// are a server's; `--no-default-features` measures the system allocator.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

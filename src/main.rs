@@ -5,6 +5,8 @@
 
 #![forbid(unsafe_code)]
 
+mod cli;
+
 use std::process::ExitCode;
 
 /// jemalloc, not the system allocator: see `lessons::allocator` for why.
@@ -17,5 +19,5 @@ fn main() -> ExitCode {
     for refused in lessons::allocator::tune() {
         eprintln!("lessons: jemalloc refused {refused}; keeping its default");
     }
-    lessons::cli::run(std::env::args_os())
+    cli::run(std::env::args_os())
 }

@@ -3,10 +3,10 @@
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use crate::model::Record;
-use crate::store::DayStats;
-use crate::time::{day_of, system_clock};
 use clap::Args;
+use lessons::internals::time::{day_of, system_clock};
+use lessons::model::Record;
+use lessons::store::DayStats;
 use serde_json::json;
 
 use super::store_cmds::{fail, open_handle, open_store, out, store_dir};
@@ -22,13 +22,10 @@ pub(crate) fn export(cli: &Cli) -> Result<Outcome, Failure> {
     store
         .export(&mut |r| {
             let line = serde_json::to_string(&r)
-                .map_err(|e| crate::error::Error::format(format!("encoding {}: {e}", r.id)))?;
+                .map_err(|e| lessons::Error::format(format!("encoding {}: {e}", r.id)))?;
             if let Err(f) = emit(&mut o, &line) {
                 failure = Some(f);
-                return Err(crate::error::Error::new(
-                    crate::error::ErrorKind::Io,
-                    "stdout closed",
-                ));
+                return Err(lessons::Error::new(lessons::ErrorKind::Io, "stdout closed"));
             }
             Ok(())
         })
@@ -39,10 +36,7 @@ pub(crate) fn export(cli: &Cli) -> Result<Outcome, Failure> {
             let line = json!({ "decision": d }).to_string();
             if let Err(f) = emit(&mut o, &line) {
                 failure = Some(f);
-                return Err(crate::error::Error::new(
-                    crate::error::ErrorKind::Io,
-                    "stdout closed",
-                ));
+                return Err(lessons::Error::new(lessons::ErrorKind::Io, "stdout closed"));
             }
             Ok(())
         })
@@ -62,7 +56,7 @@ pub(crate) struct ImportArgs {
 /// One line of an export: a record or a journal entry.
 enum ImportLine {
     Record(Box<Record>),
-    Decision(Box<crate::decisions::Decision>),
+    Decision(Box<lessons::decisions::Decision>),
 }
 
 /// Reads one line of an export (`None` for a blank one), checked as the store will check it.
@@ -73,7 +67,7 @@ fn import_line(n: usize, line: &str) -> Result<Option<ImportLine>, Failure> {
     if line.trim_start().starts_with("{\"decision\"") {
         #[derive(serde::Deserialize)]
         struct Line {
-            decision: crate::decisions::Decision,
+            decision: lessons::decisions::Decision,
         }
         let l: Line = from_js_line(line)
             .map_err(|e| Failure::Usage(format!("line {n}: not a journal entry: {e}")))?;
@@ -114,13 +108,13 @@ pub(crate) fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     };
     let handle = open_handle(cli, true)?;
     let store = handle.store();
-    let mut report = crate::store::ImportReport::default();
+    let mut report = lessons::store::ImportReport::default();
     let mut journaled = 0u64;
     let mut records: Vec<Record> = Vec::with_capacity(IMPORT_CHUNK);
-    let mut decisions: Vec<crate::decisions::Decision> = Vec::new();
+    let mut decisions: Vec<lessons::decisions::Decision> = Vec::new();
     let flush = |records: &mut Vec<Record>,
-                 decisions: &mut Vec<crate::decisions::Decision>,
-                 report: &mut crate::store::ImportReport,
+                 decisions: &mut Vec<lessons::decisions::Decision>,
+                 report: &mut lessons::store::ImportReport,
                  journaled: &mut u64|
      -> Result<(), Failure> {
         let r = store.import(records).map_err(fail)?;
@@ -155,7 +149,7 @@ pub(crate) fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let answer = crate::contract::ImportAnswer {
+        let answer = lessons::internals::contract::ImportAnswer {
             ok: true,
             imported: report.imported,
             skipped: report.skipped,
@@ -178,7 +172,7 @@ pub(crate) fn import(cli: &Cli, args: &ImportArgs) -> Result<Outcome, Failure> {
 /// A JSON line read as JavaScript reads it (an export carries keywords with lone surrogates as
 /// `\udXXX`, which serde alone refuses), then typed.
 fn from_js_line<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, String> {
-    match crate::json::parse(line) {
+    match lessons::internals::json::parse(line) {
         Some(v) => serde_json::from_value(v).map_err(|e| e.to_string()),
         None => Err(serde_json::from_str::<serde_json::Value>(line)
             .err()
@@ -271,7 +265,7 @@ pub(crate) fn doctor(cli: &Cli, args: &DoctorArgs) -> Result<Outcome, Failure> {
 
 fn salvage(cli: &Cli, to: &Path) -> Result<Outcome, Failure> {
     let from = store_dir(cli);
-    let report = crate::store::salvage(&from, to).map_err(fail)?;
+    let report = lessons::store::salvage(&from, to).map_err(fail)?;
     let mut o = out();
     if cli.json {
         let v = serde_json::to_value(&report).map_err(|e| Failure::Usage(e.to_string()))?;
@@ -360,7 +354,10 @@ pub(crate) fn stats(cli: &Cli, args: &StatsArgs) -> Result<Outcome, Failure> {
     let days = store.stats(since).map_err(fail)?;
     let mut o = out();
     if cli.json {
-        emit(&mut o, &to_json(&crate::contract::StatsAnswer { days })?)?;
+        emit(
+            &mut o,
+            &to_json(&lessons::internals::contract::StatsAnswer { days })?,
+        )?;
     } else if days.is_empty() {
         emit(&mut o, "no activity in that period")?;
     } else {

@@ -2,8 +2,8 @@
 
 use std::io::{self, BufRead, BufWriter, Read, Write};
 
-use crate::gate::rejection_marker_names;
 use clap::Args;
+use lessons::gate::rejection_marker_names;
 
 use super::{emit, Cli, Failure, Outcome};
 
@@ -495,7 +495,7 @@ fn parse_json_line(line: &str) -> Result<std::borrow::Cow<'_, str>, String> {
 fn parse_json_value(line: &str) -> Result<String, String> {
     // JSON.parse's reading: a lone surrogate escape (a string cut inside a pair) is read, as
     // the reference gate reads it.
-    let value = crate::json::parse(line).ok_or_else(|| {
+    let value = lessons::internals::json::parse(line).ok_or_else(|| {
         serde_json::from_str::<serde_json::Value>(line)
             .err()
             .map_or_else(

@@ -8,8 +8,8 @@ use clap::Args;
 use super::run_cmds::context_config;
 use super::store_cmds::{fail, open_handle, Handle};
 use super::{Cli, Failure, Outcome};
-use crate::server::{AppState, Auth};
-use crate::store::MemoryStore;
+use lessons::server::{AppState, Auth};
+use lessons::store::MemoryStore;
 
 /// Arguments of `lessons mcp`.
 #[derive(Debug, Args)]
@@ -38,7 +38,7 @@ pub(crate) fn run(cli: &Cli, _args: &McpArgs) -> Result<Outcome, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::Usage(format!("starting the runtime: {e}")))?;
-    let served = runtime.block_on(crate::server::serve_mcp_stdio(state));
+    let served = runtime.block_on(lessons::server::serve_mcp_stdio(state));
     // A read of stdin cannot be cancelled: once the session is over, the runtime is not waited
     // on for it (the client closed stdout, or will close stdin).
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

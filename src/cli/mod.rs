@@ -105,7 +105,7 @@ pub(crate) enum Failure {
     /// Reading stdin or writing stdout failed.
     Io(io::Error),
     /// The library failed.
-    Store(crate::error::Error),
+    Store(lessons::Error),
 }
 
 impl Failure {
@@ -135,8 +135,8 @@ impl From<io::Error> for Failure {
     }
 }
 
-impl From<crate::error::Error> for Failure {
-    fn from(e: crate::error::Error) -> Self {
+impl From<lessons::Error> for Failure {
+    fn from(e: lessons::Error) -> Self {
         Failure::Store(e)
     }
 }
@@ -223,7 +223,7 @@ pub(crate) fn emit(out: &mut impl Write, line: &str) -> Result<(), Failure> {
     // A keyword may carry a lone surrogate (in its private form, U+FDD0 first); it is written
     // as JavaScript writes it.
     if line.contains('\u{FDD0}') {
-        out.write_all(crate::json::restore_lone(line.to_owned()).as_bytes())?;
+        out.write_all(lessons::internals::json::restore_lone(line.to_owned()).as_bytes())?;
     } else {
         out.write_all(line.as_bytes())?;
     }
@@ -287,11 +287,11 @@ fn install_logger() {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of a time in milliseconds.
-pub(crate) fn format_ms(ms: crate::time::Millis) -> String {
+pub(crate) fn format_ms(ms: lessons::internals::time::Millis) -> String {
     let secs = ms.div_euclid(1000).rem_euclid(86_400);
     format!(
         "{} {:02}:{:02}:{:02}",
-        crate::time::format_day(crate::time::day_of(ms)),
+        lessons::internals::time::format_day(lessons::internals::time::day_of(ms)),
         secs / 3600,
         secs / 60 % 60,
         secs % 60

@@ -3,10 +3,10 @@
 
 use std::io::Write;
 
-use crate::decisions::{DecisionEvent, DecisionQuery};
-use crate::limits::MAX_JOURNAL_LIMIT;
-use crate::time::system_clock;
 use clap::Args;
+use lessons::decisions::{DecisionEvent, DecisionQuery};
+use lessons::internals::limits::MAX_JOURNAL_LIMIT;
+use lessons::internals::time::system_clock;
 
 use super::admin_cmds::parse_since;
 use super::store_cmds::{fail, open_handle, out, Config, ScopeFlags};
@@ -34,8 +34,8 @@ pub(crate) struct JournalArgs {
 
 pub(crate) fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure> {
     let scope = args.scope.one()?;
-    let today = crate::time::day_of(system_clock()());
-    let since = parse_since(&args.since, today)?.saturating_mul(crate::time::DAY_MS);
+    let today = lessons::internals::time::day_of(system_clock()());
+    let since = parse_since(&args.since, today)?.saturating_mul(lessons::internals::time::DAY_MS);
     let mut events = Vec::new();
     for e in &args.events {
         events.push(DecisionEvent::parse(e).ok_or_else(|| {
@@ -65,7 +65,7 @@ pub(crate) fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure>
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let answer = crate::contract::JournalAnswer { decisions };
+        let answer = lessons::internals::contract::JournalAnswer { decisions };
         emit(&mut o, &super::to_json(&answer)?)?;
     } else {
         for d in &decisions {
@@ -81,7 +81,7 @@ pub(crate) fn journal(cli: &Cli, args: &JournalArgs) -> Result<Outcome, Failure>
             if let (Some(age), Some(uses)) = (d.age_ms, d.use_count) {
                 line.push_str(&format!(
                     " (age {:.1}d, used {uses}x)",
-                    age as f64 / crate::time::DAY_MS as f64
+                    age as f64 / lessons::internals::time::DAY_MS as f64
                 ));
             }
             emit(&mut o, &super::printable(&line))?;
@@ -114,25 +114,25 @@ pub(crate) struct ReviewArgs {
 
 pub(crate) fn review(cli: &Cli, args: &ReviewArgs) -> Result<Outcome, Failure> {
     let now = system_clock()();
-    let today = crate::time::day_of(now);
+    let today = lessons::internals::time::day_of(now);
     let days = (today - parse_since(&args.since, today)? + 1) as u32;
     let scope = match args.scope.as_str() {
         "all" => None,
         key => Some(
-            crate::model::ScopeKey::parse(key)
+            lessons::model::ScopeKey::parse(key)
                 .map_err(|e| Failure::Usage(format!("--scope: {e}")))?,
         ),
     };
     let thresholds = Config::load(cli.config.as_deref())?.review();
     let handle = open_handle(cli, false)?;
-    let review = crate::review::review(handle.store(), days, scope.as_ref(), now, &thresholds)
+    let review = lessons::review::review(handle.store(), days, scope.as_ref(), now, &thresholds)
         .map_err(fail)?;
     handle.close()?;
     let mut o = out();
     if cli.json {
         emit(&mut o, &super::to_json(&review)?)?;
     } else {
-        for line in crate::review::render(&review).lines() {
+        for line in lessons::review::render(&review).lines() {
             emit(&mut o, &super::printable(line))?;
         }
     }

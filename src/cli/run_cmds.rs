@@ -3,11 +3,11 @@
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
-use crate::context::{ContextConfig, RunScopes};
-use crate::contract::ContextAnswer;
-use crate::memory::{build_context, reflect, shown_set};
-use crate::reflect::{reflection_prompt, Origin, Shown};
 use clap::Args;
+use lessons::context::{ContextConfig, RunScopes};
+use lessons::internals::contract::ContextAnswer;
+use lessons::memory::{build_context, reflect, shown_set};
+use lessons::reflect::{reflection_prompt, Origin, Shown};
 
 use super::store_cmds::{fail, open_handle, Config, ScopeIds};
 use super::{emit, to_json, Cli, Failure, Outcome};
@@ -128,7 +128,7 @@ pub(crate) fn prompt(cli: &Cli, args: &PromptArgs) -> Result<Outcome, Failure> {
     let p = reflection_prompt(&shown, &transcript);
     let mut o = io::stdout().lock();
     if cli.json {
-        let answer = crate::contract::PromptAnswer {
+        let answer = lessons::internals::contract::PromptAnswer {
             system: p.system,
             input: p.input,
             shown: p.shown,

@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::server::{serve, AppState, Auth, Limits, ServeEnd};
 use clap::Args;
+use lessons::server::{serve, AppState, Auth, Limits, ServeEnd};
 
 use super::run_cmds::context_config;
 use super::store_cmds::{fail, open_store, store_dir};
@@ -83,7 +83,7 @@ pub(crate) fn run(cli: &Cli, args: &ServeArgs) -> Result<Outcome, Failure> {
     let store = Arc::new(open_store(cli, true)?);
     let review = super::store_cmds::Config::load(cli.config.as_deref())?.review();
     let state = AppState::with_review(store.clone(), auth, context, review);
-    let runtime = crate::server::runtime()
+    let runtime = lessons::server::runtime()
         .map_err(|e| Failure::Usage(format!("starting the runtime: {e}")))?;
     let dir = store_dir(cli);
     let served = runtime.block_on(serve(state, args.addr, limits, |addr| {

@@ -4,15 +4,15 @@
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::model::RecordId;
-use crate::remote::RemoteStore;
-use crate::store::EmbeddedStoreBuilder;
-use crate::time::{day_of, system_clock};
-use crate::{
+use clap::Args;
+use lessons::internals::time::{day_of, system_clock};
+use lessons::model::RecordId;
+use lessons::remote::RemoteStore;
+use lessons::store::EmbeddedStoreBuilder;
+use lessons::{
     Candidate, Durability, EmbeddedStore, Kind, ListQuery, MemoryStore, Record, ScopeKey,
     WriteOptions,
 };
-use clap::Args;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -136,9 +136,9 @@ pub(crate) struct Config {
 
 impl Config {
     /// The review's thresholds, with this file's overrides.
-    pub fn review(&self) -> crate::review::Thresholds {
-        let d = crate::review::Thresholds::default();
-        crate::review::Thresholds {
+    pub fn review(&self) -> lessons::review::Thresholds {
+        let d = lessons::review::Thresholds::default();
+        lessons::review::Thresholds {
             max_inserted_per_day: self
                 .review_max_inserted_per_day
                 .unwrap_or(d.max_inserted_per_day),
@@ -168,7 +168,7 @@ pub(crate) fn store_dir(cli: &Cli) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("lessons-store"))
 }
 
-pub(crate) fn fail(e: crate::error::Error) -> Failure {
+pub(crate) fn fail(e: lessons::Error) -> Failure {
     Failure::Store(e)
 }
 
@@ -188,10 +188,10 @@ pub(crate) fn open_store(cli: &Cli, create: bool) -> Result<EmbeddedStore, Failu
         b = b.journal(
             config
                 .journal_days
-                .unwrap_or(crate::decisions::DEFAULT_JOURNAL_DAYS),
+                .unwrap_or(lessons::decisions::DEFAULT_JOURNAL_DAYS),
             config
                 .journal_cap
-                .unwrap_or(crate::decisions::DEFAULT_JOURNAL_CAP),
+                .unwrap_or(lessons::decisions::DEFAULT_JOURNAL_CAP),
         );
     }
     if let Some(cap) = config.cap {
@@ -274,8 +274,8 @@ pub(crate) fn human_record(r: &Record) -> String {
         "{}  {}  {}  {}  (source: {})",
         r.id,
         r.kind.as_str(),
-        crate::time::format_day(day_of(r.created_at)),
-        crate::text::sanitize(&r.text),
+        lessons::internals::time::format_day(day_of(r.created_at)),
+        lessons::internals::text::sanitize(&r.text),
         r.source_thread_key
     );
     super::printable(&line).into_owned()
@@ -285,7 +285,7 @@ fn print_records(cli: &Cli, records: &[Record]) -> Result<(), Failure> {
     let mut o = out();
     if cli.json {
         // The server's answer, byte for byte.
-        let line = serde_json::to_string(&crate::contract::RecordsAnswer {
+        let line = serde_json::to_string(&lessons::internals::contract::RecordsAnswer {
             records: records.to_vec(),
         })
         .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
@@ -314,7 +314,7 @@ pub(crate) struct WriteArgs {
 /// Candidates on stdin: a JSON array, or the wire's `{"records": [...]}`.
 fn parse_candidates(text: &str) -> Result<Vec<Candidate>, Failure> {
     const SHAPE: &str = "stdin must be a JSON array of candidates (or {\"records\": [...]})";
-    let value = crate::json::parse(text).ok_or_else(|| {
+    let value = lessons::internals::json::parse(text).ok_or_else(|| {
         let why = serde_json::from_str::<serde_json::Value>(text)
             .err()
             .map_or_else(String::new, |e| format!(": {e}"));
@@ -369,7 +369,7 @@ pub(crate) fn write(cli: &Cli, args: &WriteArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let line = serde_json::to_string(&crate::contract::WriteAnswer {
+        let line = serde_json::to_string(&lessons::internals::contract::WriteAnswer {
             ok: true,
             counts: c,
         })
@@ -443,14 +443,16 @@ pub(crate) fn retrieve(cli: &Cli, args: &RetrieveArgs) -> Result<Outcome, Failur
     handle.close()?;
     if cli.json {
         // The server's answer, byte for byte: a first use prints `lastUsedAt` last.
-        let line = serde_json::to_string(&crate::contract::RetrieveAnswer { records: retrieved })
-            .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
+        let line = serde_json::to_string(&lessons::internals::contract::RetrieveAnswer {
+            records: retrieved,
+        })
+        .map_err(|e| Failure::Usage(format!("encoding records: {e}")))?;
         let mut o = out();
         emit(&mut o, &line)?;
         o.flush()?;
         return Ok(Outcome::Ok);
     }
-    let records = crate::model::Retrieved::records(retrieved);
+    let records = lessons::model::Retrieved::records(retrieved);
     print_records(cli, &records)?;
     Ok(Outcome::Ok)
 }
@@ -477,7 +479,7 @@ pub(crate) fn forget(cli: &Cli, args: &ForgetArgs) -> Result<Outcome, Failure> {
     handle.close()?;
     let mut o = out();
     if cli.json {
-        let line = serde_json::to_string(&crate::contract::ForgetAnswer {
+        let line = serde_json::to_string(&lessons::internals::contract::ForgetAnswer {
             ok: true,
             forgotten,
         })

@@ -76,6 +76,7 @@ fn decode_after_mark(after: &str) -> Option<(Piece<'static>, usize)> {
     (v < 0x800).then(|| (Piece::Surrogate(0xD800 + v as u16), 9))
 }
 
+#[cfg(any(test, feature = "__wire"))]
 pub(crate) fn holds_mark(s: &str) -> bool {
     // U+FDD0 in UTF-8 is EF B7 90; as an escape, `\ufdd0` in either case.
     let b = s.as_bytes();
@@ -87,6 +88,7 @@ pub(crate) fn holds_mark(s: &str) -> bool {
         })
 }
 
+#[cfg(any(test, feature = "__wire"))]
 pub(crate) fn push_encoded(unit: u16, out: &mut Vec<u8>) {
     let v = u32::from(unit.wrapping_sub(0xD800) & 0x7FF);
     let mut buf = [0u8; 4];
@@ -97,6 +99,7 @@ pub(crate) fn push_encoded(unit: u16, out: &mut Vec<u8>) {
     }
 }
 
+#[cfg(any(test, feature = "__wire"))]
 pub(crate) fn push_escaped_mark(out: &mut Vec<u8>) {
     let mut buf = [0u8; 4];
     let mark = MARK.encode_utf8(&mut buf).as_bytes().to_vec();

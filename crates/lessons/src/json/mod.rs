@@ -20,21 +20,25 @@
 //!
 //! **Invariant:** pure and total: never panics, whatever the bytes.
 
+#[cfg(any(test, feature = "__wire"))]
 mod deep;
 pub(crate) mod lone;
 
 use serde_json::Value;
 
+#[cfg(any(test, feature = "__wire"))]
 use deep::{is_depth, parse_deep};
 
 /// A request body as JSON, or `None` when `request.json()` would throw: the bytes decoded as
 /// UTF-8 the way workerd decodes them (one leading byte-order mark dropped), then `JSON.parse`.
+#[cfg(any(test, feature = "server", feature = "__internals"))]
 pub fn decode(bytes: &[u8]) -> Option<Value> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     parse(&String::from_utf8_lossy(bytes))
 }
 
 /// `JSON.parse(text)`, or `None` when it would throw.
+#[cfg(any(test, feature = "__wire"))]
 pub fn parse(text: &str) -> Option<Value> {
     if !lone::holds_mark(text) {
         match serde_json::from_str::<Value>(text) {
@@ -108,6 +112,7 @@ fn js_number_of(n: &serde_json::Number) -> String {
 /// surrogate as the escape `\udXXX`, a literal U+FDD0 as itself. Carried forms only occur
 /// inside strings, so the text stays valid JSON. Every JSON text that leaves the process
 /// (an answer, a request, a CLI line) passes here.
+#[cfg(feature = "__wire")]
 pub fn restore_lone(text: String) -> String {
     if !text.contains(lone::MARK) {
         return text;
@@ -302,6 +307,7 @@ impl<R: std::io::Read> std::io::Read for JsReader<R> {
 /// Infinity there) reads as the largest double of its sign, which every field refuses with the
 /// same words as Infinity (not an integer in range, not a number in [0, 1], not a string).
 /// `None` when nothing needed rewriting.
+#[cfg(any(test, feature = "__wire"))]
 fn js_normalize(b: &[u8]) -> Option<String> {
     let hex = |i: usize| -> Option<u32> {
         let digits = std::str::from_utf8(b.get(i..i + 4)?).ok()?;

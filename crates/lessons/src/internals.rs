@@ -1,5 +1,6 @@
-//! Not API: what this package's own tests, benches and fuzz targets reach inside the library.
-//! Nothing here is stable; an embedder uses the crate root and the product modules.
+//! Not API: what the `lessons` binary, this workspace's tests, benches and fuzz targets reach
+//! inside the library, behind the hidden `__internals` feature. Nothing here is stable; an
+//! embedder uses the crate root and the product modules.
 
 /// The wire's routes and bodies.
 pub mod contract {
@@ -34,3 +35,7 @@ pub use crate::server::metrics::rollup_lines;
 /// Where the calling thread's last write to an embedded store spent its time.
 pub use crate::store::embedded::phases::{last_write, WritePhases};
 pub use crate::time::{day_of, format_day};
+/// Days and their formats.
+pub mod time {
+    pub use crate::time::*;
+}

@@ -54,18 +54,19 @@
 //!   (`lessons serve`).
 //! - `remote` (feature `remote`): the store contract over that wire (`remote::RemoteStore`).
 //!
-//! Features: `server`, `remote` and `cli` (the binary; the default, which includes the other
-//! two). `default-features = false` builds the store alone: fjall, tantivy, regex, serde,
-//! serde_json, postcard, parking_lot, log, sha2, xxhash-rust.
+//! - `mcp` (feature `mcp`): the Model Context Protocol over the same store.
+//!
+//! Features: none by default, so `cargo add lessons` builds the store alone (fjall, tantivy,
+//! regex, serde, serde_json, postcard, parking_lot, log, sha2, xxhash-rust); `server`, `remote`,
+//! `mcp` and `jemalloc` (the allocator's counts on `/metrics`) add what they name. The `lessons`
+//! binary is the workspace's other crate, `lessons-cli`.
 
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "jemalloc")]
 pub mod allocator;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod cli;
 pub mod context;
+#[cfg(feature = "__wire")]
 mod contract;
 pub mod decisions;
 mod error;
@@ -75,6 +76,7 @@ mod fts_tables;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gate;
+#[cfg(feature = "__internals")]
 #[doc(hidden)]
 pub mod internals;
 mod json;
@@ -109,5 +111,5 @@ pub use time::{system_clock, Clock, Millis};
 
 /// The README's code blocks, compiled by `cargo test` so they cannot drift from the API.
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
+#[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;

@@ -31,12 +31,16 @@ pub const MAX_CAP: usize = 10_000;
 pub const MAX_JOURNAL_LIMIT: usize = 1000;
 
 /// The largest request body the wire carries (the server refuses more; clients split).
+#[cfg(feature = "__wire")]
 pub const MAX_BODY_BYTES: usize = 512 * 1024;
 /// The most records one `/import` request carries, and one chunk of `lessons import` holds.
+#[cfg(feature = "__wire")]
 pub const MAX_IMPORT: usize = 1000;
 /// The most UTF-16 units of a run's brief, request or answer sent to the run routes.
+#[cfg(any(feature = "server", feature = "__internals"))]
 pub const MAX_RUN_TEXT_UNITS: usize = 100_000;
 /// The most days a review looks back.
+#[cfg(any(feature = "server", feature = "__internals"))]
 pub const MAX_REVIEW_DAYS: u32 = 90;
 /// The most bytes of an extractor reply that reflection reads.
 pub const MAX_REPLY_BYTES: usize = 256 * 1024;

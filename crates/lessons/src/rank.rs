@@ -7,6 +7,7 @@
 //!
 //! **Invariant:** pure; scores are finite for finite inputs.
 
+#[cfg(any(test, feature = "__internals"))]
 use std::collections::HashSet;
 
 use crate::model::Record;
@@ -20,6 +21,7 @@ pub const KEYWORD_WEIGHT: f64 = 0.7;
 pub const RECENCY_WEIGHT: f64 = 0.3;
 
 /// The set of tokens a record can match: its text's and its keywords'.
+#[cfg(any(test, feature = "__internals"))]
 pub fn record_tokens(
     text: &str,
     keywords: impl IntoIterator<Item = impl AsRef<str>>,
@@ -38,6 +40,7 @@ pub fn record_tokens(
 }
 
 /// The fraction of `query_tokens` (duplicates kept) found in `tokens`.
+#[cfg(any(test, feature = "__internals"))]
 pub fn keyword_score(query_tokens: &[String], tokens: &HashSet<String>) -> f64 {
     if query_tokens.is_empty() {
         return 0.0;

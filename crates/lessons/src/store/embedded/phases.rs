@@ -149,6 +149,7 @@ impl WriteTally {
 }
 
 /// The phases of the last write this thread made to an embedded store.
+#[cfg(feature = "__internals")]
 pub fn last_write() -> WritePhases {
     LAST.with(Cell::get)
 }

@@ -225,7 +225,8 @@ impl EmbeddedStore {
 
     /// Drops the store the way a killed process leaves it: the journal holds every batch, but
     /// nothing is moved into tables and no clean close is recorded. For fault tests, which
-    /// cannot kill their own process.
+    /// cannot kill their own process; not API (the hidden `__internals` feature).
+    #[cfg(any(test, feature = "__internals"))]
     #[doc(hidden)]
     pub fn close_as_crash(mut self) {
         self.stop_committer();

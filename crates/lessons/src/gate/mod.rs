@@ -7,7 +7,7 @@
 //! - letters match case-insensitively for ASCII only (the Kelvin sign is not `k`);
 //! - a word character is `[A-Za-z0-9_]`, and `\b` sits between a word character and anything else;
 //! - digits are ASCII `0-9`;
-//! - whitespace is JavaScript's set ([`crate::text::is_js_whitespace`]): U+FEFF is whitespace, U+0085 is not.
+//! - whitespace is JavaScript's set (`text::is_js_whitespace`): U+FEFF is whitespace, U+0085 is not.
 //!
 //! The rules are decided by scanners that read the text once each: the words and what follows
 //! them (`words`), the hexadecimal runs (`sha`) and the tokens near numbers (`count`). Each is

@@ -225,8 +225,9 @@ async fn shutdown_signal() {
     log::warn!("[http] shutting down: finishing in-flight requests");
 }
 
-/// The server's runtime: async workers per core, and a small pool for store calls (its lanes').
-pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+/// The runtime [`serve`] is built for: async workers per core, and a small pool for store calls
+/// (its lanes'). An embedder that runs [`serve`] itself builds its runtime here.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(lanes::BLOCKING_THREADS)

@@ -12,7 +12,7 @@ pub type Millis = i64;
 pub type Clock = Arc<dyn Fn() -> Millis + Send + Sync>;
 
 /// Milliseconds in a day.
-pub(crate) const DAY_MS: Millis = 86_400_000;
+pub const DAY_MS: Millis = 86_400_000;
 
 /// The wall clock.
 pub fn system_clock() -> Clock {
