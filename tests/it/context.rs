@@ -127,10 +127,9 @@ fn the_window_comes_first_and_needs_no_keyword_match() {
 fn memory_off_means_no_block_and_no_store_call() {
     struct Panics;
     impl MemoryStore for Panics {
-        fn write(
+        fn write_checked(
             &self,
-            _: &ScopeKey,
-            _: &[Candidate],
+            _: &lessons::store::CheckedWrite<'_>,
             _: &WriteOptions,
         ) -> lessons::Result<lessons::WriteCounts> {
             panic!("called")

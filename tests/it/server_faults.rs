@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lessons::remote::RemoteStore;
 use lessons::server::{AppState, Background};
 use lessons::store::{EmbeddedStore, InMemoryStore, MemoryStore, WriteOptions};
-use lessons::{Candidate, ContextConfig, ErrorKind, Record, ScopeKey, Status};
+use lessons::{ContextConfig, ErrorKind, Record, ScopeKey, Status};
 use serde_json::json;
 
 use crate::fixtures::server::{auth, call, free_port, serve, serve_state, Serve, TOKEN};
@@ -190,10 +190,9 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
     /// Fails every write as a full disk does; reads work.
     struct FullDisk(InMemoryStore);
     impl MemoryStore for FullDisk {
-        fn write(
+        fn write_checked(
             &self,
-            _: &ScopeKey,
-            _: &[Candidate],
+            _: &lessons::store::CheckedWrite<'_>,
             _: &WriteOptions,
         ) -> lessons::Result<lessons::WriteCounts> {
             Err(lessons::Error::new(
@@ -201,7 +200,7 @@ fn healthz_answers_503_once_the_store_failed_at_the_disk() {
                 "committing a write: No space left on device (os error 28)",
             ))
         }
-        crate::delegate_store!(all but write);
+        crate::delegate_store!(all but write_checked);
     }
     let state = AppState::new(
         Arc::new(FullDisk(InMemoryStore::new())),

@@ -165,7 +165,7 @@ pub fn stderr(out: &Output) -> String {
 }
 
 /// Delegates the named `MemoryStore` methods of a test double to its field `self.0` (or, as
-/// `delegate_store!(all but write)`, every method but one), so a double writes out only the
+/// `delegate_store!(all but write_checked)`, every method but one), so a double writes out only the
 /// methods it changes (and a new trait method is added here once).
 #[macro_export]
 macro_rules! delegate_store {
@@ -173,7 +173,7 @@ macro_rules! delegate_store {
     // Every method but the one the double writes itself. Listed once here, so a new trait
     // method reaches every double.
     (all but $skip:ident) => {
-        $crate::delegate_store!(@but $skip write);
+        $crate::delegate_store!(@but $skip write_checked);
         $crate::delegate_store!(@but $skip list);
         $crate::delegate_store!(@but $skip retrieve);
         $crate::delegate_store!(@but $skip retrieve_marked);
@@ -191,7 +191,7 @@ macro_rules! delegate_store {
         $crate::delegate_store!(@but $skip now);
         $crate::delegate_store!(@but $skip active_count);
     };
-    (@but write write) => {};
+    (@but write_checked write_checked) => {};
     (@but list list) => {};
     (@but retrieve retrieve) => {};
     (@but retrieve_marked retrieve_marked) => {};
@@ -209,9 +209,9 @@ macro_rules! delegate_store {
     (@but now now) => {};
     (@but active_count active_count) => {};
     (@but $skip:ident $method:ident) => { $crate::delegate_store!(@one $method); };
-    (@one write) => {
-        fn write(&self, s: &lessons::ScopeKey, c: &[lessons::Candidate], o: &lessons::WriteOptions)
-            -> lessons::Result<lessons::WriteCounts> { self.0.write(s, c, o) }
+    (@one write_checked) => {
+        fn write_checked(&self, w: &lessons::store::CheckedWrite<'_>, o: &lessons::WriteOptions)
+            -> lessons::Result<lessons::WriteCounts> { self.0.write_checked(w, o) }
     };
     (@one list) => {
         fn list(&self, s: &lessons::ScopeKey, q: &lessons::ListQuery)

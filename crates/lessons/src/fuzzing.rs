@@ -112,20 +112,22 @@ pub fn wire(data: &[u8]) {
         return;
     };
     match parse(route, &value) {
-        Ok(Body::Write {
-            scope,
-            records,
-            cap,
-            ..
-        }) => {
-            assert!(records.len() <= crate::limits::MAX_BATCH);
-            assert!(cap.is_none_or(|c| (1..=crate::limits::MAX_CAP).contains(&c)));
-            for (i, c) in records.iter().enumerate() {
-                assert!(
-                    c.validate(&scope, i).is_ok(),
-                    "an accepted candidate fails validation"
-                );
-            }
+        Ok(Body::Write { write, .. }) => {
+            assert!(write.len() <= crate::limits::MAX_BATCH);
+            assert!(write
+                .cap()
+                .is_none_or(|c| (1..=crate::limits::MAX_CAP).contains(&c)));
+            let options = crate::store::WriteOptions {
+                cap: write.cap(),
+                ..Default::default()
+            };
+            let again =
+                crate::store::CheckedWrite::check(write.scope(), write.candidates(), &options);
+            assert_eq!(
+                again.as_ref().ok(),
+                Some(&write),
+                "the library's check disagrees with the wire's"
+            );
         }
         Ok(Body::Retrieve { query, limit, .. }) => {
             assert!((1..=crate::limits::MAX_LIMIT).contains(&limit));

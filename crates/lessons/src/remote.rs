@@ -17,8 +17,10 @@ use crate::contract::{
 
 use crate::decisions::{Decision, DecisionQuery};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{Candidate, Record, Retrieved, ScopeKey, WriteCounts};
-use crate::store::{DayStats, ImportReport, ListQuery, MemoryStore, SweepReceipt, WriteOptions};
+use crate::model::{Record, Retrieved, ScopeKey, WriteCounts};
+use crate::store::{
+    CheckedWrite, DayStats, ImportReport, ListQuery, MemoryStore, SweepReceipt, WriteOptions,
+};
 
 /// A store behind an HTTP server that speaks the memory Worker's contract.
 pub struct RemoteStore {
@@ -190,16 +192,16 @@ impl RemoteStore {
 }
 
 impl MemoryStore for RemoteStore {
-    fn write(
+    /// Sends the candidates as they were sent: the server checks them where they enter it.
+    fn write_checked(
         &self,
-        scope: &ScopeKey,
-        candidates: &[Candidate],
+        write: &CheckedWrite<'_>,
         options: &WriteOptions,
     ) -> Result<WriteCounts> {
         let request = WriteRequest {
-            scope_key: scope.clone(),
-            records: candidates.to_vec(),
-            cap: options.cap,
+            scope_key: write.scope().clone(),
+            records: write.candidates().to_vec(),
+            cap: write.cap(),
             tally: options.tally.clone(),
             rejected: options.rejected.clone(),
         };

@@ -81,79 +81,85 @@ impl Candidate {
         self
     }
 
-    /// Checks every bound and returns the candidate in the form the planner takes: keywords as
-    /// sent (or the text's tokens when none were sent), empty pointers removed. `index` names the candidate in
-    /// the reason.
-    pub(crate) fn validate(
-        &self,
-        scope: &ScopeKey,
-        index: usize,
-    ) -> crate::error::Result<ValidCandidate> {
-        self.validate_reason(scope, index)
-            .map_err(crate::error::Error::invalid)
-    }
-
-    /// [`Candidate::validate`] with the reason as text.
-    pub(crate) fn validate_reason(
-        &self,
-        scope: &ScopeKey,
-        index: usize,
-    ) -> Result<ValidCandidate, String> {
-        // The reference Worker's checks, in its order and with its words, so the library, the
-        // server and a client of either read the same reason.
+    /// The reference Worker's checks of one candidate, field by field in its order and with its
+    /// words, then ours (the provenance's bound). `wrong` is the first field a decoder found of
+    /// the wrong JSON type, which fails in its place with that field's words (the wire's
+    /// decoder; the library sends `None`).
+    pub(crate) fn check_reference(&self, index: usize, wrong: Option<Field>) -> Result<(), String> {
         let at = format!("records[{index}]");
-        let kind = self
-            .kind
-            .ok_or_else(|| format!("{at}.kind must be \"fact\" or \"summary\""))?;
-        if self.text.chars().all(crate::text::is_js_whitespace) {
-            return Err(format!("{at}.text must be a non-empty string"));
+        let fail = |field: Field| Err(field.reason(index));
+        if wrong == Some(Field::Object) {
+            return fail(Field::Object);
+        }
+        if wrong == Some(Field::Kind) || self.kind.is_none() {
+            return fail(Field::Kind);
+        }
+        if wrong == Some(Field::Text) || self.text.chars().all(crate::text::is_js_whitespace) {
+            return fail(Field::Text);
         }
         if utf16_len(&self.text) > MAX_TEXT_UNITS {
             return Err(format!(
                 "{at}.text must be at most {MAX_TEXT_UNITS} characters"
             ));
         }
-        if self.source_thread_key.is_empty() || utf16_len(&self.source_thread_key) > MAX_REF_UNITS {
-            return Err(format!("{at}.sourceThreadKey must be a non-empty string"));
+        if wrong == Some(Field::SourceThreadKey)
+            || self.source_thread_key.is_empty()
+            || utf16_len(&self.source_thread_key) > MAX_REF_UNITS
+        {
+            return fail(Field::SourceThreadKey);
         }
-        // Stored as sent (the bot's content hash covers them); none sent: the text's tokens.
-        let keywords = match &self.keywords {
-            Some(k) => {
-                check_keywords(k).map_err(|_| {
-                    format!(
-                        "{at}.keywords must be an array of at most {MAX_KEYWORDS} short strings"
-                    )
-                })?;
-                super::Keywords::from(k.as_slice())
-            }
-            None => default_keywords(&self.text),
-        };
-        let bounded = |name: &str, v: &Option<String>| -> Result<(), String> {
-            match v {
-                Some(v) if utf16_len(v) > MAX_REF_UNITS => {
-                    Err(format!("{at}.{name} must be a string"))
-                }
-                _ => Ok(()),
-            }
-        };
-        bounded("sourceRunId", &self.source_run_id)?;
-        if let Some(c) = self.confidence {
-            check_confidence(c)
-                .map_err(|_| format!("{at}.confidence must be a number in [0, 1]"))?;
+        if wrong == Some(Field::Keywords)
+            || self
+                .keywords
+                .as_ref()
+                .is_some_and(|k| check_keywords(k).is_err())
+        {
+            return fail(Field::Keywords);
         }
-        bounded("supersedes", &self.supersedes)?;
-        bounded("restates", &self.restates)?;
-        let pointer =
-            |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-        let supersedes = pointer(&self.supersedes);
-        let restates = pointer(&self.restates);
+        let too_long =
+            |v: &Option<String>| v.as_ref().is_some_and(|v| utf16_len(v) > MAX_REF_UNITS);
+        if wrong == Some(Field::SourceRunId) || too_long(&self.source_run_id) {
+            return fail(Field::SourceRunId);
+        }
+        if wrong == Some(Field::Confidence)
+            || self
+                .confidence
+                .is_some_and(|c| check_confidence(c).is_err())
+        {
+            return fail(Field::Confidence);
+        }
+        if wrong == Some(Field::Supersedes) || too_long(&self.supersedes) {
+            return fail(Field::Supersedes);
+        }
+        if wrong == Some(Field::Restates) || too_long(&self.restates) {
+            return fail(Field::Restates);
+        }
         // The bot drops a record with a malformed provenance on every read, so one is refused
         // here; a well-formed one naming another scope is not this record's, and is dropped.
-        if let Some(p) = &self.provenance {
-            if !crate::provenance::is_memory_provenance(p) {
-                return Err(format!("{at}.provenance must be a bounded memory revision"));
-            }
+        let bad_provenance = self
+            .provenance
+            .as_ref()
+            .is_some_and(|p| !crate::provenance::is_memory_provenance(p));
+        if bad_provenance {
+            return fail(Field::Provenance);
         }
+        Ok(())
+    }
+
+    /// The candidate, once it passed [`Self::check_reference`], in the form the planner takes:
+    /// keywords as sent (or the text's tokens when none were sent), empty pointers removed, a
+    /// provenance naming another scope dropped.
+    pub(crate) fn finish(&self, scope: &ScopeKey, index: usize) -> Result<ValidCandidate, String> {
+        let Some(kind) = self.kind else {
+            return Err(Field::Kind.reason(index));
+        };
+        let keywords = match &self.keywords {
+            // Stored as sent (the bot's content hash covers them); none sent: the text's tokens.
+            Some(k) => super::Keywords::from(k.as_slice()),
+            None => default_keywords(&self.text),
+        };
+        let pointer =
+            |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
         // The reference stores these as SQLite text, which reads a lone surrogate back as three
         // U+FFFD; keywords and provenance it stores as JSON, which keeps one (see `json`).
         let stored = |v: &str| lone::as_stored_text(v).into_owned();
@@ -167,9 +173,9 @@ impl Candidate {
             // Kept as sent, "" included: the content hash covers it.
             source_run_id: self.source_run_id.as_deref().map(stored),
             confidence: self.confidence,
-            supersedes,
+            supersedes: pointer(&self.supersedes),
             supersedes_sent: self.supersedes.as_deref().map(stored),
-            restates,
+            restates: pointer(&self.restates),
             // A text sent with a lone surrogate is stored otherwise than sent, so the reference
             // never finds it equal to any record: it never dedups, and nothing dedups onto it
             // through its dedup key.
@@ -182,7 +188,46 @@ impl Candidate {
     }
 }
 
-/// A candidate that passed [`Candidate::validate`].
+/// A candidate's fields, in the order the reference Worker checks them, each with the words it
+/// fails with. A decoder that finds a field of the wrong JSON type names it, and the one check
+/// fails there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Field {
+    /// The candidate itself: not a JSON object.
+    Object,
+    Kind,
+    Text,
+    SourceThreadKey,
+    Keywords,
+    SourceRunId,
+    Confidence,
+    Supersedes,
+    Restates,
+    Provenance,
+}
+
+impl Field {
+    /// Why candidate `index` fails at this field, in the reference's words.
+    fn reason(self, index: usize) -> String {
+        let rule = match self {
+            Field::Object => return format!("records[{index}] must be an object"),
+            Field::Kind => "kind must be \"fact\" or \"summary\"".into(),
+            Field::Text => "text must be a non-empty string".into(),
+            Field::SourceThreadKey => "sourceThreadKey must be a non-empty string".into(),
+            Field::Keywords => {
+                format!("keywords must be an array of at most {MAX_KEYWORDS} short strings")
+            }
+            Field::SourceRunId => "sourceRunId must be a string".into(),
+            Field::Confidence => "confidence must be a number in [0, 1]".into(),
+            Field::Supersedes => "supersedes must be a string".into(),
+            Field::Restates => "restates must be a string".into(),
+            Field::Provenance => "provenance must be a bounded memory revision".into(),
+        };
+        format!("records[{index}].{rule}")
+    }
+}
+
+/// A candidate that passed its checks ([`crate::store::CheckedWrite`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ValidCandidate {
     /// Fact or summary.
@@ -210,7 +255,7 @@ pub struct ValidCandidate {
     /// A non-empty id, not yet resolved.
     pub restates: Option<String>,
     /// Whether the candidate may dedup, and the record it becomes may be found by its dedup
-    /// key: false when its text was sent with a lone surrogate (see `Candidate::validate`).
+    /// key: false when its text was sent with a lone surrogate (see `Candidate::finish`).
     pub dedup: bool,
     /// A valid provenance naming this scope, or none ([`crate::provenance`]).
     pub provenance: Option<serde_json::Value>,
@@ -250,57 +295,62 @@ impl ValidCandidate {
 mod tests {
     use super::*;
 
+    /// The one check of a candidate at `index`, as a write runs it.
+    fn check(
+        c: &Candidate,
+        scope: &ScopeKey,
+        index: usize,
+    ) -> crate::error::Result<ValidCandidate> {
+        c.check_reference(index, None)
+            .and_then(|()| c.finish(scope, index))
+            .map_err(crate::error::Error::invalid)
+    }
+
     #[test]
     fn candidates_validate_with_reasons() {
         let scope = ScopeKey::parse("org:acme").expect("valid");
-        let ok = Candidate::fact("Run NPM ci, run it", "t")
-            .validate(&scope, 0)
-            .expect("valid");
+        let ok = check(&Candidate::fact("Run NPM ci, run it", "t"), &scope, 0).expect("valid");
         assert_eq!(
             ok.keywords,
             ["run", "npm", "ci", "run", "it"],
             "none sent: the text's tokens, repeats kept"
         );
-        let blank = Candidate::fact(" \u{FEFF} ", "t").validate(&scope, 3);
+        let blank = check(&Candidate::fact(" \u{FEFF} ", "t"), &scope, 3);
         let blank = blank.expect_err("blank");
         assert!(blank.is_invalid());
         assert_eq!(
             blank.message(),
             "records[3].text must be a non-empty string"
         );
-        let long = Candidate::fact("x".repeat(4001), "t").validate(&scope, 0);
+        let long = check(&Candidate::fact("x".repeat(4001), "t"), &scope, 0);
         assert!(long.expect_err("long").message().contains("4000"));
-        let conf = Candidate::fact("x", "t")
-            .with_confidence(f64::NAN)
-            .validate(&scope, 0);
+        let conf = check(
+            &Candidate::fact("x", "t").with_confidence(f64::NAN),
+            &scope,
+            0,
+        );
         assert!(conf.expect_err("nan").message().contains("confidence"));
-        let empty_ptr = Candidate::fact("x", "t")
-            .restating("")
-            .validate(&scope, 0)
-            .expect("ok");
+        let empty_ptr = check(&Candidate::fact("x", "t").restating(""), &scope, 0).expect("ok");
         assert_eq!(empty_ptr.restates, None);
         let mut foreign = Candidate::fact("x", "t");
         foreign.provenance = Some(serde_json::json!({"scopeKey": "org:other"}));
-        assert!(foreign.validate(&scope, 0).is_err());
+        assert!(check(&foreign, &scope, 0).is_err());
         let mut kw = Candidate::fact("x", "t");
         kw.keywords = Some(vec!["NPM".into(), "npm".into(), "Ci".into()]);
         assert_eq!(
-            kw.validate(&scope, 0).expect("ok").keywords,
+            check(&kw, &scope, 0).expect("ok").keywords,
             ["NPM", "npm", "Ci"],
             "stored as sent: the bot's content hash covers them"
         );
         kw.keywords = Some(Vec::new());
         assert!(
-            kw.validate(&scope, 0).expect("ok").keywords.is_empty(),
+            check(&kw, &scope, 0).expect("ok").keywords.is_empty(),
             "[] stays []"
         );
         let mut run = Candidate::fact("x", "t");
         run.source_run_id = Some(String::new());
         assert_eq!(
-            run.validate(&scope, 0)
-                .expect("ok")
-                .source_run_id
-                .as_deref(),
+            check(&run, &scope, 0).expect("ok").source_run_id.as_deref(),
             Some("")
         );
     }

@@ -24,7 +24,7 @@ use crate::text::utf16_len;
 use scope::split_record_id;
 
 pub use candidate::Candidate;
-pub(crate) use candidate::ValidCandidate;
+pub(crate) use candidate::{Field, ValidCandidate};
 pub use keywords::{Keywords, KeywordsBuilder};
 pub use scope::{RecordId, ScopeKey};
 

@@ -17,6 +17,7 @@ use crate::contract::{
 use crate::memory::{build_context, reflect, shown_set};
 use crate::model::{Record, ScopeKey};
 use crate::reflect::reflection_prompt;
+use crate::store::CheckedWrite;
 use crate::store::{MemoryStore, WriteOptions};
 
 /// `{records}` over shared records: [`RecordsAnswer`]'s bytes without copying them.
@@ -115,18 +116,16 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
             (json_text(&RecordsAnswer { records })?, log)
         }
         Body::Write {
-            scope,
-            records,
-            cap,
+            write: checked,
             tally,
             rejected,
         } => {
             let options = WriteOptions {
-                cap,
+                cap: checked.cap(),
                 tally,
                 rejected,
             };
-            write(store, &scope, &records, &options)?
+            write(store, &checked, &options)?
         }
         Body::List { scope, query } => list(store, &scope, &query)?,
         Body::Forget { scope, id } => {
@@ -203,14 +202,9 @@ fn answer(state: &AppState, body: Body) -> crate::error::Result<Option<(String, 
 /// An answer's JSON text and its log suffix.
 type Answered = crate::error::Result<(String, String)>;
 
-fn write(
-    store: &dyn MemoryStore,
-    scope: &ScopeKey,
-    records: &[crate::model::Candidate],
-    options: &WriteOptions,
-) -> Answered {
-    let counts = store.write(scope, records, options)?;
-    let c = &counts;
+fn write(store: &dyn MemoryStore, checked: &CheckedWrite<'_>, options: &WriteOptions) -> Answered {
+    let counts = store.write_checked(checked, options)?;
+    let (c, scope) = (&counts, checked.scope());
     let log = format!(
         "{scope} inserted={} deduped={} restated={} superseded={} evicted={}",
         c.inserted, c.deduped, c.restated, c.superseded, c.evicted

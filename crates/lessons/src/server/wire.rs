@@ -6,13 +6,14 @@ use serde_json::{Map, Value};
 use crate::context::RunScopes;
 use crate::contract::PostRoute;
 use crate::limits::{
-    MAX_BATCH, MAX_CAP, MAX_IMPORT, MAX_LIMIT, MAX_QUERY_UNITS, MAX_REF_UNITS, MAX_REVIEW_DAYS,
+    MAX_BATCH, MAX_IMPORT, MAX_LIMIT, MAX_QUERY_UNITS, MAX_REF_UNITS, MAX_REVIEW_DAYS,
     MAX_RUN_TEXT_UNITS,
 };
 use crate::model::Tally;
-use crate::model::{Candidate, Kind, Record, ScopeKey};
+use crate::model::{Candidate, Field, Kind, Record, ScopeKey};
 use crate::reflect::{Origin, Shown};
 use crate::store::ListQuery;
+use crate::store::{Cap, CheckedWrite};
 use crate::text::utf16_len;
 
 /// A parsed request body. Each variant's fields are its route's JSON fields (see the route table
@@ -28,9 +29,7 @@ pub enum Body {
     },
     /// `POST /write`.
     Write {
-        scope: ScopeKey,
-        records: Vec<Candidate>,
-        cap: Option<usize>,
+        write: CheckedWrite<'static>,
         tally: Option<Tally>,
         rejected: Vec<crate::decisions::RejectedFact>,
     },
@@ -209,82 +208,67 @@ fn wire_query(o: &Map<String, Value>, required: bool) -> Result<Option<String>, 
     }
 }
 
-/// One candidate of `/write`, checked in the reference Worker's order with its words.
-fn wire_candidate(v: &Value, i: usize) -> Result<Candidate, String> {
-    let at = format!("records[{i}]");
+/// A candidate as JSON decoded, checking nothing but JSON types: the candidate, and its first
+/// field (in the reference's order) of the wrong type, for the one check
+/// ([`CheckedWrite`]) to fail there with that field's words.
+fn wire_candidate(v: &Value) -> (Candidate, Option<Field>) {
+    let mut out = Candidate::default();
     let Some(c) = js_object(v) else {
-        return Err(format!("{at} must be an object"));
+        return (out, Some(Field::Object));
     };
-    let kind = match js_str(c, "kind") {
-        Some("fact") => Kind::Fact,
-        Some("summary") => Kind::Summary,
-        _ => return Err(format!("{at}.kind must be \"fact\" or \"summary\"")),
+    out.kind = match js_str(c, "kind") {
+        Some("fact") => Some(Kind::Fact),
+        Some("summary") => Some(Kind::Summary),
+        _ => None,
     };
-    let text = match js_str(c, "text") {
-        Some(t) if !t.chars().all(crate::text::is_js_whitespace) => t,
-        _ => return Err(format!("{at}.text must be a non-empty string")),
-    };
-    if utf16_len(text) > crate::limits::MAX_TEXT_UNITS {
-        return Err(format!(
-            "{at}.text must be at most {} characters",
-            crate::limits::MAX_TEXT_UNITS
-        ));
+    let string = |name: &str| js_str(c, name).map(str::to_owned);
+    // The first field of the wrong type, in the order they are read.
+    let mut wrong = None;
+    match string("text") {
+        Some(t) => out.text = t,
+        None => _ = wrong.get_or_insert(Field::Text),
     }
-    let max_ref = crate::limits::MAX_REF_UNITS;
-    let thread = match js_str(c, "sourceThreadKey") {
-        Some(t) if !t.is_empty() && utf16_len(t) <= max_ref => t,
-        _ => return Err(format!("{at}.sourceThreadKey must be a non-empty string")),
-    };
-    let mut out = Candidate {
-        kind: Some(kind),
-        text: text.to_owned(),
-        source_thread_key: thread.to_owned(),
-        ..Candidate::default()
-    };
+    match string("sourceThreadKey") {
+        Some(t) => out.source_thread_key = t,
+        None => _ = wrong.get_or_insert(Field::SourceThreadKey),
+    }
     if let Some(k) = c.get("keywords") {
-        let list = k.as_array().filter(|list| {
-            list.len() <= crate::limits::MAX_KEYWORDS
-                && list.iter().all(|k| {
-                    k.as_str().is_some_and(|k| {
-                        !k.is_empty() && utf16_len(k) <= crate::limits::MAX_KEYWORD_UNITS
-                    })
-                })
-        });
-        let Some(list) = list else {
-            return Err(format!(
-                "{at}.keywords must be an array of at most {} short strings",
-                crate::limits::MAX_KEYWORDS
-            ));
-        };
-        out.keywords = Some(
+        let list = k.as_array().and_then(|list| {
             list.iter()
-                .filter_map(|k| k.as_str().map(str::to_owned))
-                .collect(),
-        );
-    }
-    let pointer = |name: &str| -> Result<Option<String>, String> {
-        match c.get(name) {
-            None => Ok(None),
-            Some(Value::String(s)) if utf16_len(s) <= max_ref => Ok(Some(s.clone())),
-            Some(_) => Err(format!("{at}.{name} must be a string")),
+                .map(|k| k.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        });
+        match list {
+            Some(list) => out.keywords = Some(list),
+            None => _ = wrong.get_or_insert(Field::Keywords),
         }
+    }
+    // An optional string: absent, or a string, or the wrong type.
+    let pointer = |name: &str| match c.get(name) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(()),
     };
-    out.source_run_id = pointer("sourceRunId")?;
+    match pointer("sourceRunId") {
+        Ok(v) => out.source_run_id = v,
+        Err(()) => _ = wrong.get_or_insert(Field::SourceRunId),
+    }
     if let Some(v) = c.get("confidence") {
         match v.as_f64() {
-            Some(x) if x.is_finite() && (0.0..=1.0).contains(&x) => out.confidence = Some(x),
-            _ => return Err(format!("{at}.confidence must be a number in [0, 1]")),
+            Some(x) => out.confidence = Some(x),
+            None => _ = wrong.get_or_insert(Field::Confidence),
         }
     }
-    out.supersedes = pointer("supersedes")?;
-    out.restates = pointer("restates")?;
-    if let Some(p) = c.get("provenance") {
-        if !crate::provenance::is_memory_provenance(p) {
-            return Err(format!("{at}.provenance must be a bounded memory revision"));
-        }
-        out.provenance = Some(p.clone());
+    match pointer("supersedes") {
+        Ok(v) => out.supersedes = v,
+        Err(()) => _ = wrong.get_or_insert(Field::Supersedes),
     }
-    Ok(out)
+    match pointer("restates") {
+        Ok(v) => out.restates = v,
+        Err(()) => _ = wrong.get_or_insert(Field::Restates),
+    }
+    out.provenance = c.get("provenance").cloned();
+    (out, wrong)
 }
 
 /// The reference Worker's five memory routes, field by field in its order, with its words.
@@ -338,32 +322,21 @@ fn parse_memory(route: Memory, body: &Value) -> Result<Body, String> {
                 },
             },
             R::Write => {
-                let max_cap = MAX_CAP;
                 let cap = match o.get("cap") {
-                    None => None,
-                    Some(v) => {
-                        Some(js_integer_in(Some(v), 1.0, max_cap as f64).ok_or_else(|| {
-                            format!("cap must be an integer between 1 and {max_cap}")
-                        })? as usize)
-                    }
-                };
+                    None => Cap::Default,
+                    Some(v) => js_integer_in(Some(v), 0.0, u32::MAX as f64)
+                        .and_then(|c| usize::try_from(c).ok())
+                        .map_or(Cap::WrongType, Cap::Sent),
+                }
+                .check()?;
                 let list = match o.get("records") {
                     Some(Value::Array(a)) => a,
                     _ => return Err("records must be an array".into()),
                 };
-                if list.len() > MAX_BATCH {
-                    return Err(format!("records must hold at most {MAX_BATCH} candidates"));
-                }
-                let records = list
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| wire_candidate(v, i))
-                    .collect::<Result<Vec<_>, _>>()?;
-                // Our own bounds (provenance), after every check the reference makes.
-                for (i, c) in records.iter().enumerate() {
-                    c.validate_reason(&scope, i)?;
-                }
-                write_extensions(o, scope, records, cap)?
+                // The batch's size, like every bound of a candidate, is the one check's.
+                let (records, wrong): (Vec<_>, Vec<_>) = list.iter().map(wire_candidate).unzip();
+                let write = CheckedWrite::checking(scope, records.into(), cap, &wrong)?;
+                write_extensions(o, write)?
             }
         })
     }
@@ -381,12 +354,7 @@ enum Memory {
 
 /// `/write`'s fields beyond the reference's: a reflection's tally and the texts its gate
 /// refused. The Worker ignores unknown fields, so a client may always send them.
-fn write_extensions(
-    o: &Map<String, Value>,
-    scope: ScopeKey,
-    records: Vec<Candidate>,
-    cap: Option<usize>,
-) -> Result<Body, String> {
+fn write_extensions(o: &Map<String, Value>, write: CheckedWrite<'static>) -> Result<Body, String> {
     let tally = match field(o, "tally") {
         None => None,
         Some(v) => Some(
@@ -403,9 +371,7 @@ fn write_extensions(
         return Err(format!("rejected must hold at most {MAX_BATCH} facts"));
     }
     Ok(Body::Write {
-        scope,
-        records,
-        cap,
+        write,
         tally,
         rejected,
     })
@@ -745,6 +711,58 @@ mod tests {
         assert!(matches!(ok, Ok(Body::Retrieve { limit: 2, .. })));
     }
 
+    /// The wire and the library reach the one check: a write with several faults gets the same
+    /// reason from both, the first in the reference's order.
+    #[test]
+    fn the_wire_and_the_library_give_a_write_the_same_reason() {
+        let long = "x".repeat(MAX_REF_UNITS + 1);
+        let cases = [
+            // The cap before the batch's faults.
+            (
+                json!([{"kind": "fact", "text": " ", "sourceThreadKey": "t"}]),
+                Some(0),
+                "cap must be",
+            ),
+            // An earlier field's bound before a later field's.
+            (
+                json!([{"kind": "fact", "text": "x", "sourceThreadKey": long, "restates": ""}]),
+                None,
+                "records[0].sourceThreadKey",
+            ),
+            // The first candidate's provenance before the second candidate's text.
+            (
+                json!([
+                    {"kind": "fact", "text": "x", "sourceThreadKey": "t", "provenance": 1},
+                    {"kind": "fact", "text": "", "sourceThreadKey": "t"}
+                ]),
+                None,
+                "records[0].provenance",
+            ),
+            (
+                json!([{"kind": "fact", "text": "x", "sourceThreadKey": "t", "keywords": [""]}]),
+                Some(3),
+                "records[0].keywords",
+            ),
+        ];
+        let scope = ScopeKey::parse("org:a").expect("valid");
+        for (records, cap, first) in cases {
+            let mut body = json!({"scopeKey": "org:a", "records": records});
+            if let Some(cap) = cap {
+                body["cap"] = json!(cap);
+            }
+            let wire = err(PostRoute::Write, body.clone());
+            let candidates: Vec<Candidate> =
+                serde_json::from_value(records.clone()).expect("candidates");
+            let options = crate::store::WriteOptions {
+                cap,
+                ..Default::default()
+            };
+            let library = CheckedWrite::check(&scope, &candidates, &options).expect_err("refused");
+            assert_eq!(library.message(), wire, "{body}");
+            assert!(wire.starts_with(first), "{body}: {wire}");
+        }
+    }
+
     #[test]
     fn unknown_fields_are_ignored_and_nulls_are_absent() {
         let b = parse(
@@ -764,7 +782,7 @@ mod tests {
             }
         );
         let w = parse(PostRoute::Write, &json!({"scopeKey": "org:a", "records": [{"kind": "fact", "text": "x", "sourceThreadKey": "t", "restates": "", "extra": true}]})).expect("valid");
-        assert!(matches!(w, Body::Write { ref records, .. } if records.len() == 1));
+        assert!(matches!(w, Body::Write { ref write, .. } if write.len() == 1));
     }
 
     #[test]

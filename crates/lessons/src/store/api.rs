@@ -6,7 +6,7 @@
 
 use super::counters::DayStats;
 use super::upkeep::{MemoryUse, Upkeep};
-use super::validate::validate_decision_query;
+use super::validate::{validate_decision_query, CheckedWrite};
 use super::values::{ImportReport, ListQuery, SweepReceipt, Window, WriteOptions};
 use crate::decisions::{Decision, DecisionQuery};
 use crate::error::Result;
@@ -16,14 +16,36 @@ use crate::time::Millis;
 /// The memory store contract, shared by the embedded, in-memory and remote stores.
 ///
 /// Every method validates its input and answers [`ErrorKind::Invalid`](crate::error::ErrorKind) with a
-/// reason; none panics on any input.
+/// reason; none panics on any input. A store implements fourteen methods; seven more (`write`,
+/// `window`, `retrieve`, `visit_decisions`, `now`, `memory`, `upkeep`) have defaults built from
+/// them, which a store overrides to answer faster or to say more.
+///
+/// | what | methods |
+/// |---|---|
+/// | change a scope | [`write`](Self::write) (checks, then [`write_checked`](Self::write_checked)), [`forget`](Self::forget), [`sweep`](Self::sweep) |
+/// | a run's reads | [`window`](Self::window) (the newest facts, no usage bump), [`retrieve`](Self::retrieve) (keyword hits, bumps usage), [`list`](Self::list) |
+/// | one record, the scopes | [`get`](Self::get), [`scopes`](Self::scopes), [`active_count`](Self::active_count) |
+/// | what happened | [`stats`](Self::stats) (day counters), [`decisions`](Self::decisions) and [`visit_decisions`](Self::visit_decisions) (the journal) |
+/// | backup and moving | [`export`](Self::export), [`import`](Self::import), [`export_decisions`](Self::export_decisions), [`import_decisions`](Self::import_decisions) |
+/// | the store itself | [`now`](Self::now) (its clock), [`memory`](Self::memory) and [`upkeep`](Self::upkeep) (for `/metrics`) |
 pub trait MemoryStore: Send + Sync {
     /// Writes `candidates` to `scope` (restate, dedup, insert, supersede, then evict to the cap)
-    /// as one atomic batch, and answers what happened.
+    /// as one atomic batch, and answers what happened: [`CheckedWrite::check`], then
+    /// [`MemoryStore::write_checked`].
     fn write(
         &self,
         scope: &ScopeKey,
         candidates: &[Candidate],
+        options: &WriteOptions,
+    ) -> Result<WriteCounts> {
+        self.write_checked(&CheckedWrite::check(scope, candidates, options)?, options)
+    }
+
+    /// [`MemoryStore::write`] of a write already checked where it entered; `options.cap` is
+    /// not read again (the checked write carries it).
+    fn write_checked(
+        &self,
+        write: &CheckedWrite<'_>,
         options: &WriteOptions,
     ) -> Result<WriteCounts>;
 
@@ -95,28 +117,7 @@ pub trait MemoryStore: Send + Sync {
         page: usize,
         visit: &mut dyn FnMut(Decision) -> bool,
     ) -> Result<()> {
-        validate_decision_query(query)?;
-        let all = query.limit;
-        let mut limit = page.clamp(1, all);
-        let mut handed = 0;
-        loop {
-            let asked = DecisionQuery {
-                limit,
-                ..query.clone()
-            };
-            let entries = self.decisions(scope, &asked)?;
-            let answered = entries.len();
-            for d in entries.into_iter().skip(handed) {
-                handed += 1;
-                if !visit(d) {
-                    return Ok(());
-                }
-            }
-            if answered < limit || limit >= all {
-                return Ok(());
-            }
-            limit = limit.saturating_mul(2).min(all);
-        }
+        visit_in_pages(self, scope, query, page, visit)
     }
 
     /// Every journal entry, oldest first within a scope, for backup or moving (with
@@ -145,5 +146,38 @@ pub trait MemoryStore: Send + Sync {
     /// the days it was written on.
     fn now(&self) -> Millis {
         crate::time::system_clock()()
+    }
+}
+
+/// [`MemoryStore::visit_decisions`] for a store that answers whole pages: `page` entries first,
+/// then twice as many each time, handing only the entries past those already handed.
+fn visit_in_pages<S: MemoryStore + ?Sized>(
+    store: &S,
+    scope: &ScopeKey,
+    query: &DecisionQuery,
+    page: usize,
+    visit: &mut dyn FnMut(Decision) -> bool,
+) -> Result<()> {
+    validate_decision_query(query)?;
+    let all = query.limit;
+    let mut limit = page.clamp(1, all);
+    let mut handed = 0;
+    loop {
+        let asked = DecisionQuery {
+            limit,
+            ..query.clone()
+        };
+        let entries = store.decisions(scope, &asked)?;
+        let answered = entries.len();
+        for d in entries.into_iter().skip(handed) {
+            handed += 1;
+            if !visit(d) {
+                return Ok(());
+            }
+        }
+        if answered < limit || limit >= all {
+            return Ok(());
+        }
+        limit = limit.saturating_mul(2).min(all);
     }
 }

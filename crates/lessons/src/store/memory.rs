@@ -14,13 +14,13 @@ use super::api::MemoryStore;
 use super::counters::{DayCounters, DayStats};
 use super::validate::{
     group_import, validate_decision_query, validate_forget_id, validate_limit, validate_query,
-    validate_write, ListFilter,
+    CheckedWrite, ListFilter,
 };
 use super::values::{ImportReport, ListQuery, SweepReceipt, WriteOptions};
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
 use crate::limits::DEFAULT_CAP;
-use crate::model::{Candidate, Kind, Record, RecordId, ScopeKey, Status, WriteCounts};
+use crate::model::{Kind, Record, RecordId, ScopeKey, Status, WriteCounts};
 use crate::rank::rank;
 use crate::text::{normalize, tokenize};
 use crate::time::{day_of, format_day, system_clock, Clock};
@@ -120,13 +120,13 @@ impl MemoryStore for InMemoryStore {
         (self.clock)()
     }
 
-    fn write(
+    fn write_checked(
         &self,
-        scope: &ScopeKey,
-        candidates: &[Candidate],
+        write: &CheckedWrite<'_>,
         options: &WriteOptions,
     ) -> Result<WriteCounts> {
-        let (valid, cap) = validate_write(scope, candidates, options, self.cap)?;
+        let (scope, valid) = (write.scope(), write.valid());
+        let cap = write.cap().unwrap_or(self.cap);
         let now = (self.clock)();
         let mut state = self.state.lock();
         let records = state.scopes.entry(scope.clone()).or_default();
@@ -142,7 +142,7 @@ impl MemoryStore for InMemoryStore {
             d.source_run_id = c.source_run_id.clone();
             d
         };
-        for c in &valid {
+        for c in valid {
             if let Some(i) = active_index(records, scope, &c.restates) {
                 let Some(r) = records.get_mut(&i) else {
                     continue;

@@ -390,10 +390,8 @@ mod tests {
     }
 
     fn valid(cs: &[Candidate]) -> Vec<ValidCandidate> {
-        cs.iter()
-            .enumerate()
-            .map(|(i, c)| c.validate(&scope(), i).expect("valid"))
-            .collect()
+        let checked = crate::store::CheckedWrite::check(&scope(), cs, &Default::default());
+        checked.expect("valid").valid().to_vec()
     }
 
     fn id(seq: u64) -> String {

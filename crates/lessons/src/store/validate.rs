@@ -3,39 +3,144 @@
 //!
 //! **Invariant:** pure functions of their arguments: a check that refuses has changed nothing.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::values::WriteOptions;
 use crate::decisions::DecisionQuery;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, MAX_CAP, MAX_JOURNAL_LIMIT, MAX_LIMIT, MAX_QUERY_UNITS};
-use crate::model::{Candidate, Record, ScopeKey, ValidCandidate};
+use crate::model::{Candidate, Field, Record, ScopeKey, ValidCandidate};
 use crate::text::utf16_len;
 
-/// Validates a write's candidates and cap.
-pub(crate) fn validate_write(
-    scope: &ScopeKey,
-    candidates: &[Candidate],
-    options: &WriteOptions,
-    default_cap: usize,
-) -> Result<(Vec<ValidCandidate>, usize)> {
-    if candidates.len() > MAX_BATCH {
-        return Err(Error::invalid(format!(
-            "records must hold at most {MAX_BATCH} candidates"
-        )));
+/// A write checked once, where it entered (the library's `write`, the wire, and through them the
+/// CLI and MCP): its scope, its candidates in the form every store takes, and its cap. A store
+/// takes this form and checks no candidate again.
+///
+/// The order of the checks, and so which reason a write with several faults gets, is the
+/// reference Worker's: the cap, the batch's size, then each candidate field by field (its
+/// provenance, our own bound, last).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedWrite<'a> {
+    scope: ScopeKey,
+    sent: Cow<'a, [Candidate]>,
+    valid: Vec<ValidCandidate>,
+    cap: Option<usize>,
+}
+
+impl<'a> CheckedWrite<'a> {
+    /// Checks a write's candidates and its cap (`options.cap`; `None` is the store's default).
+    pub fn check(
+        scope: &ScopeKey,
+        candidates: &'a [Candidate],
+        options: &WriteOptions,
+    ) -> Result<CheckedWrite<'a>> {
+        let check = || {
+            let cap = Cap::from(options.cap).check()?;
+            CheckedWrite::checking(scope.clone(), Cow::Borrowed(candidates), cap, &[])
+        };
+        check().map_err(Error::invalid)
     }
-    let cap = options.cap.unwrap_or(default_cap);
-    if !(1..=MAX_CAP).contains(&cap) {
-        return Err(Error::invalid(format!(
-            "cap must be between 1 and {MAX_CAP}"
-        )));
+
+    /// The one check of the candidates, after the cap's ([`Cap::check`]), for the library and
+    /// for a decoder that also found fields of the wrong JSON type: `wrong[i]` is candidate
+    /// `i`'s first such field, if any.
+    pub(crate) fn checking(
+        scope: ScopeKey,
+        sent: Cow<'a, [Candidate]>,
+        cap: Option<usize>,
+        wrong: &[Option<Field>],
+    ) -> std::result::Result<CheckedWrite<'a>, String> {
+        if sent.len() > MAX_BATCH {
+            return Err(format!("records must hold at most {MAX_BATCH} candidates"));
+        }
+        let valid = sent
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.check_reference(i, wrong.get(i).copied().flatten())?;
+                c.finish(&scope, i)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(CheckedWrite {
+            scope,
+            sent,
+            valid,
+            cap,
+        })
     }
-    let valid = candidates
-        .iter()
-        .enumerate()
-        .map(|(i, c)| c.validate(scope, i))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((valid, cap))
+
+    /// The scope the candidates were checked for.
+    pub fn scope(&self) -> &ScopeKey {
+        &self.scope
+    }
+
+    /// The candidates as sent: what a store that forwards the write (`RemoteStore`) sends on.
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.sent
+    }
+
+    /// The cap sent, checked; `None`: the store's default.
+    pub fn cap(&self) -> Option<usize> {
+        self.cap
+    }
+
+    /// How many candidates the write offers.
+    pub fn len(&self) -> usize {
+        self.valid.len()
+    }
+
+    /// Whether the write offers no candidate.
+    pub fn is_empty(&self) -> bool {
+        self.valid.is_empty()
+    }
+
+    /// The candidates in the form the planner takes.
+    pub(crate) fn valid(&self) -> &[ValidCandidate] {
+        &self.valid
+    }
+}
+
+/// A write's cap as a decoder found it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Cap {
+    /// None sent: the store's default.
+    Default,
+    /// A whole number, not yet checked against the bound.
+    Sent(usize),
+    /// Sent, but not a whole number a cap could be (only a decoder of JSON finds one).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    WrongType,
+}
+
+impl From<Option<usize>> for Cap {
+    fn from(cap: Option<usize>) -> Cap {
+        cap.map_or(Cap::Default, Cap::Sent)
+    }
+}
+
+impl Cap {
+    /// The cap checked: `None` for the store's default.
+    pub(crate) fn check(self) -> std::result::Result<Option<usize>, String> {
+        match self {
+            Cap::Default => Ok(None),
+            Cap::Sent(c) => check_cap(c).map(Some),
+            Cap::WrongType => Err(cap_reason()),
+        }
+    }
+}
+
+/// A cap, a write's or a store's default: 1 to [`MAX_CAP`], the one place that bound is checked.
+pub(crate) fn check_cap(cap: usize) -> std::result::Result<usize, String> {
+    if (1..=MAX_CAP).contains(&cap) {
+        Ok(cap)
+    } else {
+        Err(cap_reason())
+    }
+}
+
+fn cap_reason() -> String {
+    format!("cap must be an integer between 1 and {MAX_CAP}")
 }
 
 /// An import's records by scope, then by sequence number.

@@ -52,7 +52,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::limits::MAX_CAP;
 use crate::model::ScopeKey;
 use crate::store::engine::{describe_fjall, locked};
 use crate::store::index::KeywordIndex;
@@ -100,11 +99,7 @@ impl EmbeddedStore {
     }
 
     fn open_checked(b: EmbeddedStoreBuilder, dir: &Path) -> Result<EmbeddedStore> {
-        if !(1..=MAX_CAP).contains(&b.cap) {
-            return Err(Error::invalid(format!(
-                "cap must be between 1 and {MAX_CAP}"
-            )));
-        }
+        crate::store::check_cap(b.cap).map_err(Error::invalid)?;
         durable::create_dir(dir)?;
         let dir_lock = lock_store_dir(dir)?;
         let records_dir = dir.join("records");

@@ -9,7 +9,7 @@ use super::window::WINDOW_LEN;
 use super::EmbeddedStore;
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
-use crate::model::{Candidate, Kind, Record, RecordId, Retrieved, ScopeKey, WriteCounts};
+use crate::model::{Kind, Record, RecordId, Retrieved, ScopeKey, WriteCounts};
 use crate::store::api::MemoryStore;
 use crate::store::codec;
 use crate::store::counters::DayStats;
@@ -19,6 +19,7 @@ use crate::store::validate::{
     ListFilter,
 };
 use crate::store::values::{ImportReport, ListQuery, SweepReceipt, Window, WriteOptions};
+use crate::store::CheckedWrite;
 use crate::time::format_day;
 
 /// Retired records an export reads from one snapshot: a few seconds of reading, so the
@@ -26,13 +27,12 @@ use crate::time::format_day;
 const EXPORT_SNAPSHOT_RECORDS: usize = 20_000;
 
 impl MemoryStore for EmbeddedStore {
-    fn write(
+    fn write_checked(
         &self,
-        scope: &ScopeKey,
-        candidates: &[Candidate],
+        write: &CheckedWrite<'_>,
         options: &WriteOptions,
     ) -> Result<WriteCounts> {
-        super::write::write(&self.shared, scope, candidates, options)
+        super::write::write(&self.shared, write, options)
     }
 
     fn list(&self, scope: &ScopeKey, query: &ListQuery) -> Result<Vec<Record>> {

@@ -11,37 +11,34 @@ use super::scopes::Scope;
 use super::shared::Shared;
 use super::tx::{DedupKeys, LruKey};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{
-    Candidate, Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts,
-};
+use crate::model::{Kind, Record, RecordId, ScopeKey, Status, ValidCandidate, WriteCounts};
 use crate::store::codec::{self, ScopeMeta};
 use crate::store::plan;
-use crate::store::validate::validate_write;
 use crate::store::values::WriteOptions;
+use crate::store::CheckedWrite;
 use crate::text::normalize;
 
 /// `MemoryStore::write`: restate, dedup, insert, supersede, then evict to the cap, as one
 /// atomic batch.
 pub(super) fn write(
     s: &Shared,
-    scope: &ScopeKey,
-    candidates: &[Candidate],
+    write: &CheckedWrite<'_>,
     options: &WriteOptions,
 ) -> Result<WriteCounts> {
     let tally = WriteTally::start();
-    let counts = write_tallied(s, scope, candidates, options);
-    tally.finish(scope);
+    let counts = write_tallied(s, write, options);
+    tally.finish(write.scope());
     counts
 }
 
 /// `write`, its phases tallied.
 fn write_tallied(
     s: &Shared,
-    scope: &ScopeKey,
-    candidates: &[Candidate],
+    write: &CheckedWrite<'_>,
     options: &WriteOptions,
 ) -> Result<WriteCounts> {
-    let (valid, cap) = validate_write(scope, candidates, options, s.cap)?;
+    let (scope, valid) = (write.scope(), write.valid());
+    let cap = write.cap().unwrap_or(s.cap);
     if valid.is_empty() && options.tally.is_none() {
         return Ok(WriteCounts::default());
     }
@@ -54,7 +51,7 @@ fn write_tallied(
         };
         let now = tx.now();
         let planned = phases::time(Phase::Plan, || -> Result<_> {
-            let (mut plan, mut read) = plan_from_records(s, at, &valid, now, cap)?;
+            let (mut plan, mut read) = plan_from_records(s, at, valid, now, cap)?;
             let complete = read_evicted(s, scope, &mut plan, &mut read)?;
             Ok((plan, read, complete))
         });
@@ -64,7 +61,7 @@ fn write_tallied(
             // rebuilt from the records.
             log::warn!("[store] {scope}: the eviction order was behind the records; rebuilt");
             s.scopes.drop_order(scope, tx.state());
-            (plan, read) = plan_from_records(s, at, &valid, now, cap)?;
+            (plan, read) = plan_from_records(s, at, valid, now, cap)?;
             if !read_evicted(s, scope, &mut plan, &mut read)? {
                 return Err(Error::new(
                     ErrorKind::Damaged,
@@ -74,9 +71,7 @@ fn write_tallied(
                 ));
             }
         }
-        phases::time(Phase::Build, || {
-            apply_plan(tx, &valid, &plan, read, options)
-        })?;
+        phases::time(Phase::Build, || apply_plan(tx, valid, &plan, read, options))?;
         Ok(plan.counts)
     })
 }
