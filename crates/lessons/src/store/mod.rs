@@ -31,10 +31,9 @@ pub use embedded::{Durability, EmbeddedStore, EmbeddedStoreBuilder, Health, DEFA
 pub use memory::InMemoryStore;
 pub use salvage::{salvage, SalvageReport};
 pub use upkeep::{MemoryUse, SyncTimes, Upkeep};
-pub use validate::CheckedWrite;
-pub(crate) use validate::check_cap;
 #[cfg(any(feature = "remote", feature = "server"))]
 pub(crate) use validate::validate_forget_id;
 #[cfg(feature = "server")]
 pub(crate) use validate::Cap;
+pub use validate::CheckedWrite;
 pub use values::{ImportReport, ListQuery, SweepReceipt, Window, WriteOptions};

@@ -99,7 +99,7 @@ impl EmbeddedStore {
     }
 
     fn open_checked(b: EmbeddedStoreBuilder, dir: &Path) -> Result<EmbeddedStore> {
-        crate::store::check_cap(b.cap).map_err(Error::invalid)?;
+        crate::store::validate::check_cap(b.cap).map_err(Error::invalid)?;
         durable::create_dir(dir)?;
         let dir_lock = lock_store_dir(dir)?;
         let records_dir = dir.join("records");
