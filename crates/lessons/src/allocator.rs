@@ -10,7 +10,7 @@
 //!
 //! A binary declares the allocator itself (the library cannot), then calls [`tune`] first:
 //!
-//! ```ignore
+//! ```text
 //! #[global_allocator]
 //! static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 //! fn main() { let _refused = lessons::allocator::tune(); /* … */ }
