@@ -187,6 +187,10 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
                 return Ok(false);
             };
 
+            // The journal's bytes so far, to fsync once the journal lock is released: every
+            // commit takes that lock, so an fsync under it is a wait for every writer.
+            let mut journal_to_sync = None;
+
             {
                 log::trace!("acquiring journal lock to maybe rotate journal");
                 let mut journal_writer = ctx.supervisor.journal.get_writer()?;
@@ -224,8 +228,18 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
                     }
                 } else {
                     // https://github.com/fjall-rs/fjall/issues/329
-                    journal_writer.persist(crate::PersistMode::SyncAll)?;
+                    //
+                    // Everything the sealed memtables hold was appended before the rotation
+                    // sealed them, so it is in this file: hand its bytes to the OS under the
+                    // lock, then fsync a second handle of the same file outside it. (Had the
+                    // journal rotated meanwhile, `rotate` fsynced the old file itself.)
+                    journal_writer.persist(crate::PersistMode::Buffer)?;
+                    journal_to_sync = Some(journal_writer.try_clone_file()?);
                 }
+            }
+
+            if let Some(file) = journal_to_sync {
+                file.sync_all()?;
             }
 
             run_flush(

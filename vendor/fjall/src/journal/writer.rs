@@ -199,6 +199,12 @@ impl Writer {
         })
     }
 
+    /// A second handle of the journal file, to fsync it without holding the journal's lock
+    /// (call `persist(Buffer)` first, so the buffered bytes are in the file).
+    pub(crate) fn try_clone_file(&self) -> std::io::Result<File> {
+        self.file.get_ref().try_clone()
+    }
+
     /// Persists the journal file.
     pub(crate) fn persist(&mut self, mode: PersistMode) -> std::io::Result<()> {
         log::trace!(

@@ -813,7 +813,9 @@ impl Keyspace {
                 "Halting writes because we have 4+ sealed memtables in {:?} queued up",
                 self.name,
             );
-            std::thread::sleep(Duration::from_millis(100));
+            // A short poll: the halt ends when a flush registers its table, and a 100 ms
+            // sleep made every halted write wait up to 100 ms past that.
+            std::thread::sleep(Duration::from_millis(2));
             throttled = true;
         }
 
@@ -821,9 +823,9 @@ impl Keyspace {
     }
 
     pub(crate) fn request_rotation(&self) {
-        let lock = self.tree.get_version_history_lock();
-        let latest_version = lock.latest_version();
-        let active_memtable = &latest_version.active_memtable;
+        // Only reads the active memtable's id: a read lock, so a commit that asks for a
+        // rotation does not queue behind (or block) readers and background work.
+        let active_memtable = self.tree.active_memtable();
 
         self.worker_messager
             .try_send(WorkerMessage::RotateMemtable(

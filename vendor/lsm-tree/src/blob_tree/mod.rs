@@ -271,6 +271,10 @@ impl AbstractTree for BlobTree {
 
     fn clear(&self) -> crate::Result<()> {
         let config = self.tree_config();
+        // Every change of the table set takes the compaction lock (see
+        // `SuperVersions::upgrade_version_outside_lock`).
+        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        let _compaction_state = self.index.compaction_state.lock().expect("lock is poisoned");
         let mut versions = self.get_version_history_lock();
 
         versions.upgrade_version(

@@ -10,6 +10,7 @@ use crate::compaction::Input as CompactionPayload;
 use crate::file::TABLES_FOLDER;
 use crate::table::multi_writer::MultiWriter;
 use crate::version::{SuperVersions, Version};
+use std::sync::{RwLock, RwLockWriteGuard};
 use crate::vlog::blob_file::scanner::ScanEntry;
 use crate::vlog::{BlobFileId, BlobFileMergeScanner, BlobFileWriter};
 use crate::{BlobFile, HashSet, InternalValue, Table};
@@ -121,15 +122,19 @@ pub(super) trait CompactionFlavour {
     fn write(&mut self, item: InternalValue) -> crate::Result<()>;
 
     #[warn(clippy::too_many_arguments)]
-    fn finish(
+    /// Writes out the last table, then installs the result (see
+    /// `SuperVersions::upgrade_version_outside_lock`: the caller holds the compaction lock, and
+    /// no lock on `versions` is held across a file write or an fsync). Answers the version
+    /// write lock, held, if the result was installed.
+    fn finish<'a>(
         self: Box<Self>,
-        super_version: &mut SuperVersions,
+        versions: &'a RwLock<SuperVersions>,
         opts: &Options,
         payload: &CompactionPayload,
         dst_lvl: usize,
         blob_frag_map: FragmentationMap,
         extra_blob_files: Vec<BlobFile>,
-    ) -> crate::Result<()>;
+    ) -> crate::Result<Option<RwLockWriteGuard<'a, SuperVersions>>>;
 }
 
 /// Compaction worker that will relocate blobs that sit in blob files that are being rewritten
@@ -255,15 +260,15 @@ impl CompactionFlavour for RelocatingCompaction {
         Ok(())
     }
 
-    fn finish(
+    fn finish<'a>(
         mut self: Box<Self>,
-        super_version: &mut SuperVersions,
+        versions: &'a RwLock<SuperVersions>,
         opts: &Options,
         payload: &CompactionPayload,
         dst_lvl: usize,
         blob_frag_map_diff: FragmentationMap,
         extra_blob_files: Vec<BlobFile>,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<Option<RwLockWriteGuard<'a, SuperVersions>>> {
         log::debug!(
             "Relocating compaction done in {:?}",
             self.inner.start.elapsed(),
@@ -277,7 +282,9 @@ impl CompactionFlavour for RelocatingCompaction {
 
         let mut blob_files_to_drop = self.rewriting_blob_files;
 
-        let current_version = super_version.latest_version();
+        // The compaction lock is held: the table set read here is the one the result replaces.
+        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        let current_version = versions.read().expect("lock is poisoned").latest_version();
 
         for blob_file in current_version.version.blob_files.iter() {
             if blob_file.is_dead(current_version.version.gc_stats()) {
@@ -285,12 +292,11 @@ impl CompactionFlavour for RelocatingCompaction {
             }
         }
 
-        super_version.upgrade_version(
+        let installed = SuperVersions::upgrade_version_outside_lock(
+            versions,
             &opts.config.path,
             |current| {
-                let mut copy = current.clone();
-
-                copy.version = copy.version.with_merge(
+                Ok(Some(current.version.with_merge(
                     &payload.table_ids.iter().copied().collect::<Vec<_>>(),
                     &created_tables,
                     payload.dest_level as usize,
@@ -304,10 +310,9 @@ impl CompactionFlavour for RelocatingCompaction {
                         .iter()
                         .map(BlobFile::id)
                         .collect::<HashSet<_>>(),
-                );
-
-                Ok(copy)
+                )))
             },
+            |_| {},
             &opts.global_seqno,
             &opts.visible_seqno,
         )?;
@@ -323,7 +328,7 @@ impl CompactionFlavour for RelocatingCompaction {
             blob_file.mark_as_deleted();
         }
 
-        Ok(())
+        Ok(installed)
     }
 }
 
@@ -390,15 +395,15 @@ impl CompactionFlavour for StandardCompaction {
         Ok(())
     }
 
-    fn finish(
+    fn finish<'a>(
         mut self: Box<Self>,
-        super_version: &mut SuperVersions,
+        versions: &'a RwLock<SuperVersions>,
         opts: &Options,
         payload: &CompactionPayload,
         dst_lvl: usize,
         blob_frag_map: FragmentationMap,
         extra_blob_files: Vec<BlobFile>,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<Option<RwLockWriteGuard<'a, SuperVersions>>> {
         log::debug!("Compaction done in {:?}", self.start.elapsed());
 
         let table_ids_to_delete = std::mem::take(&mut self.tables_to_rewrite);
@@ -407,7 +412,9 @@ impl CompactionFlavour for StandardCompaction {
 
         let mut blob_files_to_drop = Vec::default();
 
-        let current_version = super_version.latest_version();
+        // The compaction lock is held: the table set read here is the one the result replaces.
+        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        let current_version = versions.read().expect("lock is poisoned").latest_version();
 
         for blob_file in current_version.version.blob_files.iter() {
             if blob_file.is_dead(current_version.version.gc_stats()) {
@@ -415,12 +422,11 @@ impl CompactionFlavour for StandardCompaction {
             }
         }
 
-        super_version.upgrade_version(
+        let installed = SuperVersions::upgrade_version_outside_lock(
+            versions,
             &opts.config.path,
             |current| {
-                let mut copy = current.clone();
-
-                copy.version = copy.version.with_merge(
+                Ok(Some(current.version.with_merge(
                     &payload.table_ids.iter().copied().collect::<Vec<_>>(),
                     &created_tables,
                     payload.dest_level as usize,
@@ -434,10 +440,9 @@ impl CompactionFlavour for StandardCompaction {
                         .iter()
                         .map(BlobFile::id)
                         .collect::<HashSet<_>>(),
-                );
-
-                Ok(copy)
+                )))
             },
+            |_| {},
             &opts.global_seqno,
             &opts.visible_seqno,
         )?;
@@ -453,7 +458,7 @@ impl CompactionFlavour for StandardCompaction {
             blob_file.mark_as_deleted();
         }
 
-        Ok(())
+        Ok(installed)
     }
 }
 

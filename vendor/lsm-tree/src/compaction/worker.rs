@@ -186,9 +186,6 @@ fn move_tables(
     opts: &Options,
     payload: &CompactionPayload,
 ) -> crate::Result<()> {
-    #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-    let mut version_history_lock = opts.version_history.write().expect("lock is poisoned");
-
     // Fail-safe for buggy compaction strategies
     if compaction_state
         .hidden_set()
@@ -211,35 +208,39 @@ fn move_tables(
     // `Version::with_moved` asserts that every input table is still present, so committing a
     // stale move would panic while holding both the compaction state mutex and the version
     // history write lock, poisoning them.
-    if table_ids.iter().any(|&id| {
-        version_history_lock
-            .latest_version()
-            .version
-            .get_table(id)
-            .is_none()
-    }) {
-        log::debug!("{table_ids:?} are not referenced anymore; skipping move");
-        return Ok(());
-    }
-
-    version_history_lock.upgrade_version(
+    //
+    // The check reads the version the move is derived from, and the compaction lock (held)
+    // keeps it the latest until the move is installed (see
+    // `SuperVersions::upgrade_version_outside_lock`).
+    let installed = SuperVersions::upgrade_version_outside_lock(
+        &opts.version_history,
         &opts.config.path,
         |current| {
-            let mut copy = current.clone();
+            if table_ids
+                .iter()
+                .any(|&id| current.version.get_table(id).is_none())
+            {
+                log::debug!("{table_ids:?} are not referenced anymore; skipping move");
+                return Ok(None);
+            }
 
-            copy.version = copy
-                .version
-                .with_moved(&table_ids, payload.dest_level as usize);
-
-            Ok(copy)
+            Ok(Some(
+                current
+                    .version
+                    .with_moved(&table_ids, payload.dest_level as usize),
+            ))
         },
+        |_| {},
         &opts.global_seqno,
         &opts.visible_seqno,
     )?;
 
-    if let Err(e) = version_history_lock.maintenance(&opts.config.path, opts.mvcc_gc_watermark) {
-        log::error!("Manifest maintenance failed: {e:?}");
-        return Err(e);
+    if let Some(mut version_history_lock) = installed {
+        if let Err(e) = version_history_lock.maintenance(&opts.config.path, opts.mvcc_gc_watermark)
+        {
+            log::error!("Manifest maintenance failed: {e:?}");
+            return Err(e);
+        }
     }
 
     Ok(())
@@ -528,10 +529,15 @@ fn merge_tables(
     #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
     let mut compaction_state = opts.compaction_state.lock().expect("lock is poisoned");
 
-    log::trace!("Acquiring super version write lock");
+    // The compaction lock is held from here to the installation: the table set cannot change
+    // meanwhile, so a read lock is enough to check it, and the result is written and fsynced
+    // with no lock on the versions held (see `SuperVersions::upgrade_version_outside_lock`).
     #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-    let mut version_history_lock = opts.version_history.write().expect("lock is poisoned");
-    log::trace!("Acquired super version write lock");
+    let latest_version = opts
+        .version_history
+        .read()
+        .expect("lock is poisoned")
+        .latest_version();
 
     // NOTE: Check for race condition - https://github.com/fjall-rs/fjall/issues/287
     //
@@ -539,13 +545,11 @@ fn merge_tables(
     // in the meantime (`clear()` for example installs a brand new, empty version).
     // Committing the merge result would then insert the compacted tables into a version that no longer
     // references their inputs, resurrecting data that was already logically removed.
-    if payload.table_ids.iter().any(|&id| {
-        version_history_lock
-            .latest_version()
-            .version
-            .get_table(id)
-            .is_none()
-    }) {
+    if payload
+        .table_ids
+        .iter()
+        .any(|&id| latest_version.version.get_table(id).is_none())
+    {
         log::debug!("Input table(s) are not referenced anymore; skipping result installation");
 
         compaction_state
@@ -571,9 +575,9 @@ fn merge_tables(
         })?
         .unwrap_or_default();
 
-    compactor
+    let installed = compactor
         .finish(
-            &mut version_history_lock,
+            &opts.version_history,
             opts,
             payload,
             dst_lvl,
@@ -594,13 +598,14 @@ fn merge_tables(
         .hidden_set_mut()
         .show(payload.table_ids.iter().copied());
 
-    version_history_lock
-        .maintenance(&opts.config.path, opts.mvcc_gc_watermark)
-        .inspect_err(|e| {
-            log::error!("Manifest maintenance failed: {e:?}");
-        })?;
+    if let Some(mut version_history_lock) = installed {
+        version_history_lock
+            .maintenance(&opts.config.path, opts.mvcc_gc_watermark)
+            .inspect_err(|e| {
+                log::error!("Manifest maintenance failed: {e:?}");
+            })?;
+    }
 
-    drop(version_history_lock);
     drop(compaction_state);
 
     log::trace!("Compaction successful");
@@ -613,9 +618,6 @@ fn drop_tables(
     opts: &Options,
     ids_to_drop: &[TableId],
 ) -> crate::Result<()> {
-    #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-    let mut version_history_lock = opts.version_history.write().expect("lock is poisoned");
-
     // Fail-safe for buggy compaction strategies
     if compaction_state
         .hidden_set()
@@ -628,15 +630,18 @@ fn drop_tables(
         return Ok(());
     }
 
+    // The compaction lock (held) keeps this version the latest until the drop is installed
+    // (see `SuperVersions::upgrade_version_outside_lock`).
+    #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+    let latest_version = opts
+        .version_history
+        .read()
+        .expect("lock is poisoned")
+        .latest_version();
+
     let Some(tables) = ids_to_drop
         .iter()
-        .map(|&id| {
-            version_history_lock
-                .latest_version()
-                .version
-                .get_table(id)
-                .cloned()
-        })
+        .map(|&id| latest_version.version.get_table(id).cloned())
         .collect::<Option<Vec<_>>>()
     else {
         log::warn!(
@@ -652,27 +657,28 @@ fn drop_tables(
 
     // IMPORTANT: Write the manifest with the removed tables first
     // Otherwise the table files are deleted, but are still referenced!
-    version_history_lock.upgrade_version(
+    let installed = SuperVersions::upgrade_version_outside_lock(
+        &opts.version_history,
         &opts.config.path,
         |current| {
-            let mut copy = current.clone();
-
-            copy.version = copy
-                .version
-                .with_dropped(ids_to_drop, &mut dropped_blob_files)?;
-
-            Ok(copy)
+            Ok(Some(
+                current
+                    .version
+                    .with_dropped(ids_to_drop, &mut dropped_blob_files)?,
+            ))
         },
+        |_| {},
         &opts.global_seqno,
         &opts.visible_seqno,
     )?;
 
-    if let Err(e) = version_history_lock.maintenance(&opts.config.path, opts.mvcc_gc_watermark) {
-        log::error!("Manifest maintenance failed: {e:?}");
-        return Err(e);
+    if let Some(mut version_history_lock) = installed {
+        if let Err(e) = version_history_lock.maintenance(&opts.config.path, opts.mvcc_gc_watermark)
+        {
+            log::error!("Manifest maintenance failed: {e:?}");
+            return Err(e);
+        }
     }
-
-    drop(version_history_lock);
 
     // NOTE: If the application were to crash >here< it's fine
     // The tables are not referenced anymore, and will be

@@ -263,6 +263,10 @@ impl AbstractTree for Tree {
 
     fn clear(&self) -> crate::Result<()> {
         let config = self.tree_config();
+        // Every change of the table set takes the compaction lock (see
+        // `SuperVersions::upgrade_version_outside_lock`).
+        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        let _compaction_state = self.compaction_state.lock().expect("lock is poisoned");
         let mut versions = self.get_version_history_lock();
 
         versions.upgrade_version(
@@ -445,45 +449,47 @@ impl AbstractTree for Tree {
             blob_files.map(<[BlobFile]>::len).unwrap_or_default(),
         );
 
+        // The compaction lock keeps the table set as it is until the new one is installed; the
+        // version's fsyncs run outside the version lock, which every commit and read takes.
         #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        let mut _compaction_state = self.compaction_state.lock().expect("lock is poisoned");
-        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
-        let mut version_lock = self.version_history.write().expect("lock is poisoned");
+        let _compaction_state = self.compaction_state.lock().expect("lock is poisoned");
 
         // NOTE: Check for race condition
         // Fixes: https://github.com/fjall-rs/fjall/issues/287#issuecomment-4938188362
-        if sealed_memtables_to_delete
-            .iter()
-            .any(|id| !version_lock.latest_version().sealed_memtables.contains(id))
-        {
-            log::debug!("Not registering tables because flush task processed some sealed memtables which do not exist (anymore)");
-            return Ok(());
-        }
-
-        version_lock.upgrade_version(
+        // (Only a flush, under the compaction lock, removes sealed memtables: what is checked
+        // here still holds when the version is installed.)
+        let installed = SuperVersions::upgrade_version_outside_lock(
+            &self.version_history,
             &self.config.path,
             |current| {
-                let mut copy = current.clone();
+                if sealed_memtables_to_delete
+                    .iter()
+                    .any(|id| !current.sealed_memtables.contains(id))
+                {
+                    log::debug!("Not registering tables because flush task processed some sealed memtables which do not exist (anymore)");
+                    return Ok(None);
+                }
 
-                copy.version = copy.version.with_new_l0_run(
+                Ok(Some(current.version.with_new_l0_run(
                     tables,
                     blob_files,
                     frag_map.filter(|x| !x.is_empty()),
-                );
-
+                )))
+            },
+            |copy| {
                 for &table_id in sealed_memtables_to_delete {
                     log::trace!("releasing sealed memtable #{table_id}");
                     copy.sealed_memtables = Arc::new(copy.sealed_memtables.remove(table_id));
                 }
-
-                Ok(copy)
             },
             &self.config.seqno,
             &self.config.visible_seqno,
         )?;
 
-        if let Err(e) = version_lock.maintenance(&self.config.path, gc_watermark) {
-            log::warn!("Version GC failed: {e:?}");
+        if let Some(mut version_lock) = installed {
+            if let Err(e) = version_lock.maintenance(&self.config.path, gc_watermark) {
+                log::warn!("Version GC failed: {e:?}");
+            }
         }
 
         Ok(())

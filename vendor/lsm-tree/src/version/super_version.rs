@@ -8,7 +8,11 @@ use crate::{
     version::{persist_version, Version},
     SeqNo, SequenceNumberCounter,
 };
-use std::{collections::VecDeque, path::Path, sync::Arc};
+use std::{
+    collections::VecDeque,
+    path::Path,
+    sync::{Arc, RwLock, RwLockWriteGuard},
+};
 
 /// A super version is a point-in-time snapshot of memtables and a [`Version`] (list of disk files)
 #[derive(Clone)]
@@ -118,6 +122,64 @@ impl SuperVersions {
         visible_seqno: &SequenceNumberCounter,
     ) -> crate::Result<()> {
         self.upgrade_version_with_seqno(tree_path, f, seqno.next(), visible_seqno)
+    }
+
+    /// Like `upgrade_version`, but the new version's files are written and fsynced with no
+    /// lock on `versions` held: the write lock is taken only to install it. Readers, writers
+    /// that rotate a memtable and every commit behind them never wait on those fsyncs.
+    ///
+    /// `derive` reads the latest super version (under a read lock) and returns the next
+    /// table set, or `None` to change nothing. Once it is durable, the write lock is taken and
+    /// the latest super version (whose memtables may have rotated meanwhile) gets that table
+    /// set, then `install` edits the rest of it (a flush releases its sealed memtables).
+    /// Answers the write lock, held, when a version was installed.
+    ///
+    /// The caller holds the tree's compaction lock, which every change of the table set
+    /// (flush, compaction, ingestion, `clear`) takes: the table set `derive` read is still the
+    /// latest when the next one is installed, so what is on disk is what is installed.
+    pub(crate) fn upgrade_version_outside_lock<'a>(
+        versions: &'a RwLock<Self>,
+        tree_path: &Path,
+        derive: impl FnOnce(&SuperVersion) -> crate::Result<Option<Version>>,
+        install: impl FnOnce(&mut SuperVersion),
+        seqno: &SequenceNumberCounter,
+        visible_seqno: &SequenceNumberCounter,
+    ) -> crate::Result<Option<RwLockWriteGuard<'a, Self>>> {
+        let (base_id, next) = {
+            #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+            let latest = versions.read().expect("lock is poisoned").latest_version();
+            let Some(next) = derive(&latest)? else {
+                return Ok(None);
+            };
+            (latest.version.id(), next)
+        };
+
+        persist_version(tree_path, &next)?;
+
+        #[expect(clippy::expect_used, reason = "lock is expected to not be poisoned")]
+        let mut lock = versions.write().expect("lock is poisoned");
+        let mut copy = lock.latest_version();
+
+        // A broken locking invariant: installing now would leave on disk a version that is
+        // not the one in memory.
+        if copy.version.id() != base_id {
+            log::error!(
+                "Version #{base_id} changed to #{} while #{} was persisted; not installing it",
+                copy.version.id(),
+                next.id(),
+            );
+            return Err(crate::Error::Unrecoverable);
+        }
+
+        copy.version = next;
+        install(&mut copy);
+        copy.seqno = seqno.next();
+        log::trace!("Next version seqno={}", copy.seqno);
+        let seqno = copy.seqno;
+        lock.append_version(copy);
+        visible_seqno.fetch_max(seqno + 1);
+
+        Ok(Some(lock))
     }
 
     /// Like `upgrade_version`, but takes an already-allocated sequence number.

@@ -574,7 +574,14 @@ mod tests {
         let meta = db
             .keyspace("meta", fjall::KeyspaceCreateOptions::default)
             .expect("meta");
-        let group = GroupCommit::new(db.clone(), meta, dir.path().to_owned(), false, 0);
+        let group = GroupCommit::new(
+            db.clone(),
+            meta,
+            Vec::new(),
+            dir.path().to_owned(),
+            false,
+            0,
+        );
         let scope = ScopeKey::parse("repo:acme/app").expect("scope");
         let entries: Vec<Decision> = (0..150)
             .map(|i| {

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fjall::{Database, Keyspace, OwnedWriteBatch, PersistMode};
 use parking_lot::{Condvar, Mutex};
@@ -45,6 +45,8 @@ pub(super) struct GroupCommit {
     db: Database,
     /// Where each batch records its number.
     meta: Keyspace,
+    /// The keyspaces a batch may write to, whose unflushed memtables halt a commit.
+    keyspaces: Vec<Keyspace>,
     /// Acknowledge a write only after its batch is fsynced.
     sync_writes: bool,
     state: Mutex<SyncState>,
@@ -75,15 +77,24 @@ struct SyncState {
     syncing: usize,
 }
 
+/// fjall halts a commit while a keyspace it writes has this many memtables waiting for their
+/// flush (`Keyspace::local_backpressure`, after the journal append, inside `commit`).
+const ENGINE_HALT_SEALED: usize = 4;
+
+/// How often a write held back by unflushed memtables looks again: a flush takes milliseconds.
+const FLUSH_POLL: Duration = Duration::from_millis(2);
+
 /// fsyncs of the journal that may run at once. A batch appended while one runs is not covered
 /// by it; a second one started at once, rather than after it, shortens that batch's wait.
 const MAX_SYNCS: usize = 2;
 
 impl GroupCommit {
-    /// The group commit of `db`, whose journal files are in `records`, after batch `last`.
+    /// The group commit of `db`, whose journal files are in `records`, after batch `last`;
+    /// its batches write to `keyspaces`.
     pub(super) fn new(
         db: Database,
         meta: Keyspace,
+        keyspaces: Vec<Keyspace>,
         records: PathBuf,
         sync_writes: bool,
         last: u64,
@@ -91,6 +102,7 @@ impl GroupCommit {
         GroupCommit {
             db,
             meta,
+            keyspaces,
             sync_writes,
             state: Mutex::new(SyncState::default()),
             synced: Condvar::new(),
@@ -115,6 +127,7 @@ impl GroupCommit {
         doing: &str,
         after: impl FnOnce(),
     ) -> Result<()> {
+        phases::time(Phase::FlushWait, || self.wait_for_flushes());
         let mut last = phases::time(Phase::CommitLock, || self.batches.lock());
         // fjall poisons itself after its own failures; `sync`'s fsync is ours.
         if self.failed() {
@@ -129,6 +142,21 @@ impl GroupCommit {
         *last = number;
         after();
         Ok(())
+    }
+
+    /// Waits while a keyspace has as many unflushed memtables as make fjall halt a commit.
+    /// fjall's halt runs inside `commit`, under `batches`, where one writer's wait would be
+    /// every writer's; waiting here, before the lock, keeps it this writer's own. (A check,
+    /// then a commit: another writer may fill a memtable between them, and fjall's own halt,
+    /// a short poll in the patched engine, still holds the line.)
+    fn wait_for_flushes(&self) {
+        while self
+            .keyspaces
+            .iter()
+            .any(|ks| ks.sealed_memtable_count() >= ENGINE_HALT_SEALED)
+        {
+            std::thread::sleep(FLUSH_POLL);
+        }
     }
 
     /// [`commit`](Self::commit), and the ticket to wait on before acknowledging the batch.

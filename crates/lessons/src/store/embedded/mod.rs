@@ -118,6 +118,7 @@ impl EmbeddedStore {
         let group = GroupCommit::new(
             records.db().clone(),
             ks.meta.clone(),
+            ks.named().map(|(_, ks)| ks.clone()).to_vec(),
             records_dir,
             b.durability == Durability::Sync,
             last_batch,

@@ -25,6 +25,9 @@ pub struct WritePhases {
     pub plan: Duration,
     /// Turning the plan into one batch (encoding records, journal entries, counters).
     pub build: Duration,
+    /// Before the commit lock: waiting while the engine's flushes are behind (see
+    /// `GroupCommit::commit`).
+    pub flush_wait: Duration,
     /// Waiting for the commit lock (another batch committing).
     pub commit_lock: Duration,
     /// fjall's commit: the journal append and the memtable inserts (and any write stall).
@@ -45,6 +48,7 @@ pub(super) enum Phase {
     ScopeLoad,
     Plan,
     Build,
+    FlushWait,
     CommitLock,
     Commit,
     Durable,
@@ -58,6 +62,7 @@ impl WritePhases {
             Phase::ScopeLoad => &mut self.scope_load,
             Phase::Plan => &mut self.plan,
             Phase::Build => &mut self.build,
+            Phase::FlushWait => &mut self.flush_wait,
             Phase::CommitLock => &mut self.commit_lock,
             Phase::Commit => &mut self.commit,
             Phase::Durable => &mut self.durable,
@@ -71,12 +76,13 @@ impl WritePhases {
     }
 
     /// The phases by name, in the write's order (for a log line or a table).
-    pub fn named(&self) -> [(&'static str, Duration); 8] {
+    pub fn named(&self) -> [(&'static str, Duration); 9] {
         [
             ("scope lock", self.scope_lock),
             ("scope load", self.scope_load),
             ("plan", self.plan),
             ("build", self.build),
+            ("flush wait", self.flush_wait),
             ("commit lock", self.commit_lock),
             ("commit", self.commit),
             ("durable", self.durable),
