@@ -25,6 +25,13 @@
 //!    retrieving (a 400-token brief, limit 8, each retrieve recording its use) on random scopes,
 //!    `SECONDS / 2` per engine: the retrieves' p50, p99 and p99 ÷ p50, and the writers' rate.
 //!
+//! 6. The tail at a deployment's load, in an open loop: writes arrive on a Poisson schedule
+//!    whether or not the earlier ones are done, `OPEN_WORKERS` threads take them in order, and
+//!    each latency counts from when the write was due, so a queue shows. At 300/s and 600/s
+//!    offered, and at half of lessons' own closed-loop rate (the steady round), `SECONDS` per
+//!    engine and load after a warm-up of a quarter of that at the same load: the achieved rate, p50 / p99 / p99.9, p99 ÷ p50, and lessons' p99 ÷
+//!    SQLite's.
+//!
 //! Each row says how much CPU time the machine's hypervisor stole while it ran (`/proc/stat`):
 //! on a shared host the tail moves with it.
 //!
@@ -52,12 +59,17 @@ use lessons::internals::{last_write, WritePhases};
 use lessons::store::SyncTimes;
 use lessons::Clock;
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
-use support::{brief, records, text, vocabulary, Rng, SqliteScope, Steal, NOW};
+use support::{brief, records, text, vocabulary, Arrivals, Rng, SqliteScope, Steal, Tail, NOW};
 
 const ACTIVE: usize = 500;
 const SINGLE_WRITES: usize = 2_000;
 /// Threads retrieving beside the writers.
 const READERS: usize = 2;
+/// Threads taking an open loop's arrivals: more than a deployment's concurrent writes, so the
+/// workers are not the queue at the loads measured.
+const OPEN_WORKERS: usize = 16;
+/// Offered loads of the open loop, writes a second, besides half the closed-loop rate.
+const OFFERED: [f64; 2] = [300.0, 600.0];
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -284,6 +296,38 @@ fn drive(threads: usize, scopes: usize, phase: Duration, op: Op) -> (f64, Vec<Sa
     )
 }
 
+/// One write of an open loop: its latency from when it was due, how long it waited for a
+/// worker to start it, and lessons' phases of it.
+type Arrival = (Duration, Duration, Option<WritePhases>);
+
+/// Runs `op` on random scopes of `scopes` as `arrivals` come due, on `OPEN_WORKERS` threads:
+/// the achieved rate and each write.
+fn drive_open(arrivals: Arrivals, scopes: usize, op: Op) -> (f64, Vec<Arrival>) {
+    let arrivals = Arc::new(arrivals);
+    let workers: Vec<_> = (0..OPEN_WORKERS)
+        .map(|k| {
+            let (arrivals, op) = (Arc::clone(&arrivals), Arc::clone(&op));
+            std::thread::spawn(move || {
+                let mut rng = Rng(5_000 + k as u64);
+                let mut out = Vec::new();
+                while let Some(due) = arrivals.next() {
+                    let late = due.elapsed();
+                    let s = rng.below(scopes);
+                    let phases = op(&mut rng, s);
+                    out.push((due.elapsed(), late, phases));
+                }
+                out
+            })
+        })
+        .collect();
+    let writes: Vec<Arrival> = workers
+        .into_iter()
+        .flat_map(|h| h.join().expect("worker"))
+        .collect();
+    let rate = writes.len() as f64 / arrivals.start().elapsed().as_secs_f64();
+    (rate, writes)
+}
+
 /// A read of scope `s`.
 type Read = Call<()>;
 
@@ -487,6 +531,7 @@ fn main() {
     let mut ours_samples = Vec::new();
     let mut base_samples = Vec::new();
     let mut syncs = SyncTimes::default();
+    let mut steady_rate = 0.0;
     for round in ["the first after the load", "the next (steady)"] {
         let steal = Steal::now();
         let before = st.lessons.upkeep().expect("reported").journal_syncs;
@@ -520,6 +565,7 @@ fn main() {
         );
         ours_samples = ours;
         base_samples = base;
+        steady_rate = ours_rate;
     }
     // The disk's part of the steady round's wait: the group fsyncs themselves.
     let writes = ours_samples.len() as f64;
@@ -629,4 +675,99 @@ fn main() {
         "| the writers' rate beside them | {ours_rate:.0}/s | {base_rate:.0}/s | {:.2}× | |",
         ours_rate / base_rate
     );
+
+    // The tail at a deployment's load.
+    println!(
+        "\nAn open loop: Poisson arrivals, {OPEN_WORKERS} workers, latency from the due time, {records_total} records, {seconds} s per engine and load\n"
+    );
+    println!("| offered | lessons: achieved, p50 / p99 / p99.9 (p99 ÷ p50) | SQLite: the same | lessons' p99 ÷ SQLite's | steal |");
+    println!("|---|---|---|---|---|");
+    let half = (steady_rate / 2.0).round();
+    let mut slowest = Vec::new();
+    for (i, offered) in OFFERED.into_iter().chain([half]).enumerate() {
+        let seed = 0x0be7 + i as u64;
+        // A warm-up at the same load, not recorded: the engines settle from the load before
+        // (the closed loop's compactions) to this one's steady state.
+        drive_open(
+            Arrivals::poisson(offered, phase / 4, seed ^ 1),
+            scopes,
+            lessons_op(&st),
+        );
+        drive_open(
+            Arrivals::poisson(offered, phase / 4, seed ^ 1),
+            scopes,
+            sqlite_op(&st),
+        );
+        let steal = Steal::now();
+        let (ours_rate, ours) = drive_open(
+            Arrivals::poisson(offered, phase, seed),
+            scopes,
+            lessons_op(&st),
+        );
+        let ours_steal = steal.since();
+        let steal = Steal::now();
+        let (base_rate, base) = drive_open(
+            Arrivals::poisson(offered, phase, seed),
+            scopes,
+            sqlite_op(&st),
+        );
+        let base_steal = steal.since();
+        let (ours_tail, base) = (
+            Tail::of(ours.iter().map(|w| w.0).collect()),
+            Tail::of(base.iter().map(|w| w.0).collect()),
+        );
+        let above: Vec<Arrival> = ours.into_iter().filter(|w| w.0 > ours_tail.p99).collect();
+        slowest.push((offered, above));
+        let ours = ours_tail;
+        let label = if offered == half {
+            format!("{offered:.0}/s (half the closed loop's)")
+        } else {
+            format!("{offered:.0}/s")
+        };
+        println!(
+            "| {label} | {ours_rate:.0}/s, {} | {base_rate:.0}/s, {} | {:.2}× | {ours_steal} / {base_steal} |",
+            ours.row(),
+            base.row(),
+            ours.p99.as_secs_f64() / base.p99.as_secs_f64()
+        );
+    }
+
+    // Where the open loop's slowest writes went: the wait for a worker, then the phases.
+    println!(
+        "\nWhere lessons' writes above p99 went in the open loop: their share of those writes' time from the due time\n"
+    );
+    let header: Vec<String> = slowest
+        .iter()
+        .map(|(offered, w)| format!("{offered:.0}/s ({} writes)", w.len()))
+        .collect();
+    println!("| phase | {} |", header.join(" | "));
+    println!("|---|{}", "---|".repeat(slowest.len()));
+    let tables: Vec<(f64, Vec<(&'static str, f64)>)> = slowest
+        .iter()
+        .map(|(_, writes)| {
+            let total: f64 = writes.iter().map(|w| w.0.as_secs_f64()).sum();
+            let late: f64 = writes.iter().map(|w| w.1.as_secs_f64()).sum();
+            let phases: Vec<&WritePhases> = writes.iter().filter_map(|w| w.2.as_ref()).collect();
+            let written: f64 = phases.iter().map(|p| p.total.as_secs_f64()).sum();
+            // The phases' shares of the writes' own time, scaled to their share of the whole.
+            let scale = if total > 0.0 { written / total } else { 0.0 };
+            let shares = shares(&phases)
+                .into_iter()
+                .map(|(name, v)| (name, v * scale))
+                .collect();
+            (if total > 0.0 { late / total } else { 0.0 }, shares)
+        })
+        .collect();
+    let cells: Vec<String> = tables
+        .iter()
+        .map(|(late, _)| format!("{:.1}%", 100.0 * late))
+        .collect();
+    println!("| waiting for a worker (late) | {} |", cells.join(" | "));
+    for (i, (name, _)) in WritePhases::default().named().iter().enumerate() {
+        let cells: Vec<String> = tables
+            .iter()
+            .map(|(_, shares)| format!("{:.1}%", 100.0 * shares[i].1))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
 }

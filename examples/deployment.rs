@@ -25,6 +25,12 @@
 //! file-system metadata and shares nothing with the store but the disk, so when its fsync is
 //! slow, the disk is: a request that is slow at the same moment waited on the disk.
 //!
+//! With `LESSONS_DEPLOYMENT_RATE=N` the runs come in an open loop instead: N runs a second on a
+//! Poisson schedule, whether or not the earlier ones are done, taken by 16 workers; a run's
+//! write counts its latency from when it was due (the run's due time plus the time its reads
+//! took), so a queue shows. Either way the end reports the writes' rate, p50 / p99 / p99.9 and
+//! p99 ÷ p50, and the CPU time the hypervisor stole.
+//!
 //! `cargo build --release && cargo run --release --example deployment -- [MINUTES] [DIR]`
 //! (default 35 minutes, a temporary directory). The server is the `lessons` binary beside this
 //! example's (`target/release/lessons`), or `$LESSONS_BIN`; `MALLOC_ARENA_MAX` and the like in
@@ -45,10 +51,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{brief, text, vocabulary, Rng};
+use support::{brief, text, vocabulary, Arrivals, Rng, Steal, Tail};
 
 const TOKEN: &str = "deployment-token-0123456789";
 const WORKERS: usize = 8;
+/// Workers taking an open loop's arrivals.
+const OPEN_WORKERS: usize = 16;
 const ORGS: usize = 5;
 const REPOS_PER_ORG: usize = 8;
 const SLOW: Duration = Duration::from_secs(1);
@@ -92,6 +100,10 @@ struct Shared {
     requests: AtomicU64,
     /// A hash of every new text of every acknowledged write: each must be found after the kill.
     acked: Mutex<HashSet<u64>>,
+    /// In an open loop, the runs' arrivals.
+    arrivals: Option<Arrivals>,
+    /// Each write's latency: from when it was due in an open loop, its own otherwise.
+    writes: Mutex<Vec<Duration>>,
 }
 
 impl Shared {
@@ -196,6 +208,14 @@ fn worker(shared: &Shared, seed: u64) {
     // Recent texts per scope, for repeats.
     let mut recent: Vec<VecDeque<String>> = vec![VecDeque::new(); ORGS * REPOS_PER_ORG + ORGS];
     while !shared.stop.load(Ordering::Relaxed) {
+        let due = match &shared.arrivals {
+            Some(arrivals) => match arrivals.next() {
+                Some(due) => Some(due),
+                None => break,
+            },
+            None => None,
+        };
+        let reading = Instant::now();
         let r = rng.below(ORGS * REPOS_PER_ORG);
         let o = r / REPOS_PER_ORG;
         let window = shared.post(&agent, 0, &json!({"scopeKey": repo(r)}));
@@ -236,7 +256,14 @@ fn worker(shared: &Shared, seed: u64) {
                 "restates": id,
             }));
         }
+        let reads = reading.elapsed();
+        let writing = Instant::now();
         let counts = shared.post(&agent, 2, &json!({"scopeKey": scope, "records": records}));
+        let latency = match due {
+            Some(due) => due.elapsed().saturating_sub(reads),
+            None => writing.elapsed(),
+        };
+        shared.writes.lock().unwrap().push(latency);
         let inserted = counts["inserted"].as_u64().unwrap_or(0);
         shared.acked.lock().unwrap().extend(new);
         let mut m = shared.minute.lock().unwrap();
@@ -440,6 +467,15 @@ fn main() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let rate: Option<f64> = std::env::var("LESSONS_DEPLOYMENT_RATE")
+        .ok()
+        .map(|r| r.parse().expect("LESSONS_DEPLOYMENT_RATE: runs a second"));
+    let workers = if rate.is_some() {
+        OPEN_WORKERS
+    } else {
+        WORKERS
+    };
+    let steal = Steal::now();
     let shared = Arc::new(Shared {
         url,
         stop: AtomicBool::new(false),
@@ -449,9 +485,12 @@ fn main() {
         started: Instant::now(),
         requests: AtomicU64::new(0),
         acked: Mutex::new(HashSet::new()),
+        arrivals: rate
+            .map(|rate| Arrivals::poisson(rate, Duration::from_secs(minutes * 60), 0xa441)),
+        writes: Mutex::new(Vec::new()),
     });
     let mut threads = Vec::new();
-    for k in 0..WORKERS {
+    for k in 0..workers {
         let s = Arc::clone(&shared);
         threads.push(std::thread::spawn(move || worker(&s, 1 + k as u64)));
     }
@@ -464,7 +503,11 @@ fn main() {
         let path = dir.with_extension("disk-probe");
         threads.push(std::thread::spawn(move || disk_probe(&s, &path)));
     }
-    println!("\nA compressed deployment: {WORKERS} workers, 45 scopes, {minutes} minutes, `lessons serve` as pid {pid}\n");
+    let load = match rate {
+        Some(rate) => format!("{rate:.0} runs/s offered (Poisson) to {OPEN_WORKERS} workers"),
+        None => format!("{WORKERS} workers in a closed loop"),
+    };
+    println!("\nA compressed deployment: {load}, 45 scopes, {minutes} minutes, `lessons serve` as pid {pid}\n");
     println!("| minute | runs/s | inserted/s | records inserted | RSS MB at the minute's end (anon), the minute's peak | heap MB: allocated in active of resident / memtables / cache / scopes, index backlog | slowest window / retrieve / write / review / export / sweep, ms | over 1 s | the disk's slowest fsync, ms |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut samples: Vec<(f64, f64)> = Vec::new();
@@ -516,6 +559,18 @@ fn main() {
         at_10.map_or("—".into(), |v| format!("{v:.0}")),
         slope(&last),
         shared.requests.load(Ordering::Relaxed)
+    );
+    let writes = std::mem::take(&mut *shared.writes.lock().unwrap());
+    let achieved = writes.len() as f64 / shared.started.elapsed().as_secs_f64();
+    println!(
+        "the writes ({load}, latency from {}): {achieved:.0}/s, p50 / p99 / p99.9 {}; steal {}",
+        if rate.is_some() {
+            "when each was due"
+        } else {
+            "each request's send"
+        },
+        Tail::of(writes).row(),
+        steal.since()
     );
     let slow = shared.slow.lock().unwrap();
     println!("requests over 1 s: {}", slow.len());

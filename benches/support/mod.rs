@@ -7,6 +7,8 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use lessons::internals::fts::{match_terms, pool_size};
 use lessons::internals::rank::rank;
@@ -433,6 +435,102 @@ impl Steal {
         format!(
             "{:.1}%",
             100.0 * now.0.saturating_sub(self.0) as f64 / total as f64
+        )
+    }
+}
+
+/// An open loop's arrivals: due times on a Poisson schedule, claimed in order by its workers.
+/// A request's latency counts from when it was due, not from when a worker got to it, so a
+/// queue (every worker busy, or a worker slow to wake) shows in the figures (what wrk2 and
+/// YCSB's target mode do; a closed loop hides it by waiting before it sends).
+pub struct Arrivals {
+    start: Instant,
+    due: Vec<Duration>,
+    next: AtomicUsize,
+}
+
+impl Arrivals {
+    /// `rate` arrivals a second for `span`, from now: exponential gaps, seeded by `seed`.
+    pub fn poisson(rate: f64, span: Duration, seed: u64) -> Arrivals {
+        let mut rng = Rng(seed | 1);
+        let mut due = Vec::with_capacity((rate * span.as_secs_f64() * 1.1) as usize + 16);
+        let mut at = 0.0;
+        loop {
+            // Uniform in (0, 1]: 53 random bits, never 0, so the logarithm is finite.
+            let u = ((rng.next() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+            at += -u.ln() / rate;
+            if at >= span.as_secs_f64() {
+                break;
+            }
+            due.push(Duration::from_secs_f64(at));
+        }
+        Arrivals {
+            start: Instant::now(),
+            due,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Claims the next arrival and sleeps until it is due (not at all if it is late): its due
+    /// instant, or `None` once every arrival is claimed.
+    pub fn next(&self) -> Option<Instant> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let due = self.start + *self.due.get(i)?;
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        Some(due)
+    }
+
+    /// How many arrivals there are.
+    pub fn len(&self) -> usize {
+        self.due.len()
+    }
+
+    /// When the schedule started.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+}
+
+/// Latencies' p50, p99 and p99.9.
+#[derive(Clone, Copy, Debug)]
+pub struct Tail {
+    pub p50: Duration,
+    pub p99: Duration,
+    pub p999: Duration,
+}
+
+impl Tail {
+    pub fn of(mut samples: Vec<Duration>) -> Tail {
+        samples.sort();
+        let at = |p: f64| {
+            samples
+                .get(((samples.len().max(1) - 1) as f64 * p).round() as usize)
+                .copied()
+                .unwrap_or_default()
+        };
+        Tail {
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+        }
+    }
+
+    /// p99 ÷ p50.
+    pub fn spread(&self) -> f64 {
+        self.p99.as_secs_f64() / self.p50.as_secs_f64().max(1e-9)
+    }
+
+    /// "p50 / p99 / p99.9 ms (p99 ÷ p50)".
+    pub fn row(&self) -> String {
+        format!(
+            "{:.2} / {:.2} / {:.2} ms ({:.1}×)",
+            self.p50.as_secs_f64() * 1e3,
+            self.p99.as_secs_f64() * 1e3,
+            self.p999.as_secs_f64() * 1e3,
+            self.spread()
         )
     }
 }

@@ -769,10 +769,14 @@ impl Keyspace {
                 .expect("lock is poisoned")
                 .values()
             {
-                if let Err(e) = keyspace.tree.get_version_history_lock().maintenance(
+                // The old versions are taken out under the tree's version lock and disposed
+                // of after it (freeing memtables, deleting files), which every commit takes.
+                let garbage = keyspace.tree.get_version_history_lock().take_garbage(
                     keyspace.path(),
                     self.supervisor.snapshot_tracker.get_seqno_safe_to_gc(),
-                ) {
+                );
+
+                if let Err(e) = garbage.dispose() {
                     log::warn!(
                         "Version history GC failed for keyspace {:?}: {e:?}",
                         keyspace.name,

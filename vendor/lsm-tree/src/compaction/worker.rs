@@ -236,8 +236,10 @@ fn move_tables(
     )?;
 
     if let Some(mut version_history_lock) = installed {
-        if let Err(e) = version_history_lock.maintenance(&opts.config.path, opts.mvcc_gc_watermark)
-        {
+        let garbage = version_history_lock.take_garbage(&opts.config.path, opts.mvcc_gc_watermark);
+        drop(version_history_lock);
+
+        if let Err(e) = garbage.dispose() {
             log::error!("Manifest maintenance failed: {e:?}");
             return Err(e);
         }
@@ -599,11 +601,12 @@ fn merge_tables(
         .show(payload.table_ids.iter().copied());
 
     if let Some(mut version_history_lock) = installed {
-        version_history_lock
-            .maintenance(&opts.config.path, opts.mvcc_gc_watermark)
-            .inspect_err(|e| {
-                log::error!("Manifest maintenance failed: {e:?}");
-            })?;
+        let garbage = version_history_lock.take_garbage(&opts.config.path, opts.mvcc_gc_watermark);
+        drop(version_history_lock);
+
+        garbage.dispose().inspect_err(|e| {
+            log::error!("Manifest maintenance failed: {e:?}");
+        })?;
     }
 
     drop(compaction_state);
@@ -673,8 +676,10 @@ fn drop_tables(
     )?;
 
     if let Some(mut version_history_lock) = installed {
-        if let Err(e) = version_history_lock.maintenance(&opts.config.path, opts.mvcc_gc_watermark)
-        {
+        let garbage = version_history_lock.take_garbage(&opts.config.path, opts.mvcc_gc_watermark);
+        drop(version_history_lock);
+
+        if let Err(e) = garbage.dispose() {
             log::error!("Manifest maintenance failed: {e:?}");
             return Err(e);
         }

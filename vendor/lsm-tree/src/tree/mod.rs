@@ -487,7 +487,10 @@ impl AbstractTree for Tree {
         )?;
 
         if let Some(mut version_lock) = installed {
-            if let Err(e) = version_lock.maintenance(&self.config.path, gc_watermark) {
+            let garbage = version_lock.take_garbage(&self.config.path, gc_watermark);
+            drop(version_lock);
+
+            if let Err(e) = garbage.dispose() {
                 log::warn!("Version GC failed: {e:?}");
             }
         }

@@ -10,7 +10,7 @@ use crate::{
 };
 use std::{
     collections::VecDeque,
-    path::Path,
+    path::{Path, PathBuf},
     sync::{Arc, RwLock, RwLockWriteGuard},
 };
 
@@ -31,6 +31,30 @@ pub struct SuperVersion {
 }
 
 pub struct SuperVersions(VecDeque<SuperVersion>);
+
+/// Versions taken out of a tree's history (see [`SuperVersions::take_garbage`]), disposed of
+/// outside the lock on it.
+#[derive(Default)]
+#[must_use]
+pub struct VersionGarbage {
+    versions: Vec<SuperVersion>,
+    files: Vec<PathBuf>,
+}
+
+impl VersionGarbage {
+    /// Deletes the versions' manifest files, then drops them.
+    pub fn dispose(self) -> crate::Result<()> {
+        for path in &self.files {
+            if path.try_exists()? {
+                crate::file::retry_transient_io(|| std::fs::remove_file(path))?;
+            }
+        }
+
+        drop(self.versions);
+
+        Ok(())
+    }
+}
 
 impl SuperVersions {
     pub fn new(version: Version) -> Self {
@@ -72,19 +96,30 @@ impl SuperVersions {
     }
 
     pub fn maintenance(&mut self, folder: &Path, gc_watermark: SeqNo) -> crate::Result<()> {
+        self.take_garbage(folder, gc_watermark).dispose()
+    }
+
+    /// Takes the versions no snapshot at or above `gc_watermark` can see out of the history,
+    /// doing no IO: dispose of them once the lock on the history is released. (Dropping a
+    /// version may free a sealed memtable or delete the files of tables it was the last to
+    /// hold, and its manifest file is deleted: none of it needs the lock, which every commit
+    /// and read takes.)
+    pub fn take_garbage(&mut self, folder: &Path, gc_watermark: SeqNo) -> VersionGarbage {
+        let mut garbage = VersionGarbage::default();
+
         if gc_watermark == 0 {
-            return Ok(());
+            return garbage;
         }
 
         if self.free_list_len() < 1 {
-            return Ok(());
+            return garbage;
         }
 
         log::trace!("Running manifest GC with watermark={gc_watermark}");
 
         if let Some(hi_idx) = self.0.iter().rposition(|x| x.seqno < gc_watermark) {
             for _ in 0..hi_idx {
-                let Some(head) = self.0.front() else {
+                let Some(head) = self.0.pop_front() else {
                     break;
                 };
 
@@ -94,18 +129,16 @@ impl SuperVersions {
                     head.seqno,
                 );
 
-                let path = folder.join(format!("v{}", head.version.id()));
-                if path.try_exists()? {
-                    crate::file::retry_transient_io(|| std::fs::remove_file(&path))?;
-                }
-
-                self.0.pop_front();
+                garbage
+                    .files
+                    .push(folder.join(format!("v{}", head.version.id())));
+                garbage.versions.push(head);
             }
         }
 
         log::trace!("Manifest GC done, version length now {}", self.0.len());
 
-        Ok(())
+        garbage
     }
 
     /// Modifies the level manifest atomically.
