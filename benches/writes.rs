@@ -716,8 +716,17 @@ fn main() {
             Tail::of(ours.iter().map(|w| w.0).collect()),
             Tail::of(base.iter().map(|w| w.0).collect()),
         );
-        let above: Vec<Arrival> = ours.into_iter().filter(|w| w.0 > ours_tail.p99).collect();
-        slowest.push((offered, above));
+        // The slowest from their due time, and the slowest by their own time (a worker held
+        // up is what makes the others' arrivals late).
+        let own = |w: &Arrival| w.0.saturating_sub(w.1);
+        let own_p99 = Tail::of(ours.iter().map(own).collect()).p99;
+        let above: Vec<Arrival> = ours
+            .iter()
+            .filter(|w| w.0 > ours_tail.p99)
+            .cloned()
+            .collect();
+        let held: Vec<Arrival> = ours.into_iter().filter(|w| own(w) > own_p99).collect();
+        slowest.push((offered, above, held));
         let ours = ours_tail;
         let label = if offered == half {
             format!("{offered:.0}/s (half the closed loop's)")
@@ -733,16 +742,32 @@ fn main() {
     }
 
     // Where the open loop's slowest writes went: the wait for a worker, then the phases.
-    println!(
-        "\nWhere lessons' writes above p99 went in the open loop: their share of those writes' time from the due time\n"
+    let from_due: Vec<(f64, Vec<Arrival>)> = slowest
+        .iter()
+        .map(|(o, above, _)| (*o, above.clone()))
+        .collect();
+    phase_table(
+        "Where lessons' writes above p99 went in the open loop: their share of those writes' time from the due time",
+        &from_due,
     );
-    let header: Vec<String> = slowest
+    let own: Vec<(f64, Vec<Arrival>)> = slowest.into_iter().map(|(o, _, held)| (o, held)).collect();
+    phase_table(
+        "The same for the writes above p99 by their own time (from when a worker started them): what held a worker up",
+        &own,
+    );
+}
+
+/// The shares of each engine phase (and of the wait for a worker) in the time of each set of
+/// open-loop writes, a column per offered load.
+fn phase_table(title: &str, sets: &[(f64, Vec<Arrival>)]) {
+    println!("\n{title}\n");
+    let header: Vec<String> = sets
         .iter()
         .map(|(offered, w)| format!("{offered:.0}/s ({} writes)", w.len()))
         .collect();
     println!("| phase | {} |", header.join(" | "));
-    println!("|---|{}", "---|".repeat(slowest.len()));
-    let tables: Vec<(f64, Vec<(&'static str, f64)>)> = slowest
+    println!("|---|{}", "---|".repeat(sets.len()));
+    let tables: Vec<(f64, Vec<(&'static str, f64)>)> = sets
         .iter()
         .map(|(_, writes)| {
             let total: f64 = writes.iter().map(|w| w.0.as_secs_f64()).sum();

@@ -255,11 +255,15 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
                     .ok();
             }
 
-            ctx.supervisor
+            // The journals are deleted after the manager's lock is released (see
+            // `JournalManager::take_flushed`).
+            let flushed = ctx
+                .supervisor
                 .journal_manager
                 .write()
                 .expect("lock is poisoned")
-                .maintenance()?;
+                .take_flushed();
+            crate::journal::manager::JournalManager::delete_journals(flushed)?;
         }
         WorkerMessage::Compact(keyspace) => {
             // NOTE: Let one worker prioritize flushing if there are pending flushes

@@ -111,13 +111,17 @@ impl JournalManager {
         items
     }
 
-    /// Performs maintenance, maybe deleting some old journals
-    pub(crate) fn maintenance(&mut self) -> crate::Result<()> {
-        log::debug!("Running journal maintenance");
+    /// Takes the journals every keyspace has flushed out of the manager and answers their
+    /// paths, deleting nothing: delete them ([`Self::delete_journals`]) once the manager's
+    /// lock is released, since a journal rotation waits for that lock while it holds the
+    /// journal's, which every commit takes. (A journal taken and not yet deleted is one whose
+    /// deletion had not run yet: recovery replays nothing its keyspaces have not flushed.)
+    pub(crate) fn take_flushed(&mut self) -> Vec<PathBuf> {
+        let mut flushed = Vec::new();
 
         loop {
             let Some(item) = self.items.first() else {
-                return Ok(());
+                return flushed;
             };
 
             // TODO: unit test: check deleted keyspace does not prevent journal eviction
@@ -130,7 +134,7 @@ impl JournalManager {
                 {
                     let Some(keyspace_seqno) = item.keyspace.tree.get_highest_persisted_seqno()
                     else {
-                        return Ok(());
+                        return flushed;
                     };
 
                     if keyspace_seqno < item.lsn {
@@ -138,7 +142,7 @@ impl JournalManager {
                             "Keyspace {:?} not flushed enough to evict journal",
                             item.keyspace.name,
                         );
-                        return Ok(());
+                        return flushed;
                     }
                 }
             }
@@ -152,18 +156,26 @@ impl JournalManager {
             // [2] Checking the seqno is safe because the queues inside the flush manager are FIFO.
             //
             // IMPORTANT: On recovery, the journals need to be flushed from oldest to newest.
-            log::trace!("Removing fully flushed journal at {}", item.path.display());
-
-            std::fs::remove_file(&item.path).inspect_err(|e| {
-                log::error!(
-                    "Failed to clean up stale journal file at {}: {e:?}",
-                    item.path.display(),
-                );
-            })?;
-
             self.disk_space_in_bytes = self.disk_space_in_bytes.saturating_sub(item.size_in_bytes);
+            flushed.push(item.path.clone());
             self.items.remove(0);
         }
+    }
+
+    /// Deletes the journals [`Self::take_flushed`] answered, oldest first.
+    pub(crate) fn delete_journals(paths: Vec<PathBuf>) -> crate::Result<()> {
+        for path in paths {
+            log::trace!("Removing fully flushed journal at {}", path.display());
+
+            std::fs::remove_file(&path).inspect_err(|e| {
+                log::error!(
+                    "Failed to clean up stale journal file at {}: {e:?}",
+                    path.display(),
+                );
+            })?;
+        }
+
+        Ok(())
     }
 
     pub(crate) fn rotate_journal(

@@ -785,12 +785,16 @@ impl Keyspace {
             }
         }
 
+        // The journals are deleted after the manager's lock is released (see
+        // `JournalManager::take_flushed`).
         #[expect(clippy::expect_used)]
-        self.supervisor
+        let flushed = self
+            .supervisor
             .journal_manager
             .write()
             .expect("lock is poisoned")
-            .maintenance()?;
+            .take_flushed();
+        crate::journal::manager::JournalManager::delete_journals(flushed)?;
 
         Ok(true)
     }
