@@ -59,6 +59,7 @@ use lessons::internals::{last_write, WritePhases};
 use lessons::store::SyncTimes;
 use lessons::Clock;
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
+use support::phases::{drive_open, phase_table, shares, Arrival, Call, Op, Sched, ThreadClock};
 use support::{brief, records, text, vocabulary, Arrivals, Rng, SqliteScope, Steal, Tail, NOW};
 
 const ACTIVE: usize = 500;
@@ -202,54 +203,11 @@ fn stores(dir: &Path, scopes: usize) -> Stores {
     }
 }
 
-/// A call on scope `s` (an index into the scopes), answering `T`.
-type Call<T> = Arc<dyn Fn(&mut Rng, usize) -> T + Send + Sync>;
-
-/// A write to scope `s`, answering lessons' phases of it.
-type Op = Call<Option<WritePhases>>;
-
 /// One timed call: its latency, how its thread spent it, and what the call answered.
 type Timed<T> = (Duration, Option<Sched>, T);
 
 /// One timed write: for lessons, with its phases.
 type Sample = Timed<Option<WritePhases>>;
-
-/// How a thread spent one call, by the kernel's count (`/proc/thread-self/schedstat`): on a
-/// CPU, and runnable but waiting for one. The rest of the call it slept.
-#[derive(Clone, Copy, Debug, Default)]
-struct Sched {
-    on_cpu: Duration,
-    waiting: Duration,
-}
-
-/// The calling thread's `schedstat`, opened once and read again in place (a `pread`, a few
-/// microseconds, the same for both engines). `None` where the kernel has none.
-struct ThreadClock(Option<std::fs::File>);
-
-impl ThreadClock {
-    fn open() -> ThreadClock {
-        ThreadClock(std::fs::File::open("/proc/thread-self/schedstat").ok())
-    }
-
-    /// Nanoseconds on a CPU and waiting for one, so far.
-    fn read(&self) -> Option<(u64, u64)> {
-        use std::os::unix::fs::FileExt;
-        let mut buf = [0u8; 96];
-        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
-        Some((fields.next()??, fields.next()??))
-    }
-
-    fn since(&self, before: Option<(u64, u64)>) -> Option<Sched> {
-        let (on0, wait0) = before?;
-        let (on1, wait1) = self.read()?;
-        Some(Sched {
-            on_cpu: Duration::from_nanos(on1.saturating_sub(on0)),
-            waiting: Duration::from_nanos(wait1.saturating_sub(wait0)),
-        })
-    }
-}
 
 /// Starts `threads` threads calling `f` on random scopes of `scopes` until `phase` has passed
 /// since `start`, each timing every call; `seed` seeds the first thread's choices.
@@ -294,38 +252,6 @@ fn drive(threads: usize, scopes: usize, phase: Duration, op: Op) -> (f64, Vec<Sa
         samples.len() as f64 / start.elapsed().as_secs_f64(),
         samples,
     )
-}
-
-/// One write of an open loop: its latency from when it was due, how long it waited for a
-/// worker to start it, and lessons' phases of it.
-type Arrival = (Duration, Duration, Option<WritePhases>);
-
-/// Runs `op` on random scopes of `scopes` as `arrivals` come due, on `OPEN_WORKERS` threads:
-/// the achieved rate and each write.
-fn drive_open(arrivals: Arrivals, scopes: usize, op: Op) -> (f64, Vec<Arrival>) {
-    let arrivals = Arc::new(arrivals);
-    let workers: Vec<_> = (0..OPEN_WORKERS)
-        .map(|k| {
-            let (arrivals, op) = (Arc::clone(&arrivals), Arc::clone(&op));
-            std::thread::spawn(move || {
-                let mut rng = Rng(5_000 + k as u64);
-                let mut out = Vec::new();
-                while let Some(due) = arrivals.next() {
-                    let late = due.elapsed();
-                    let s = rng.below(scopes);
-                    let phases = op(&mut rng, s);
-                    out.push((due.elapsed(), late, phases));
-                }
-                out
-            })
-        })
-        .collect();
-    let writes: Vec<Arrival> = workers
-        .into_iter()
-        .flat_map(|h| h.join().expect("worker"))
-        .collect();
-    let rate = writes.len() as f64 / arrivals.start().elapsed().as_secs_f64();
-    (rate, writes)
 }
 
 /// A read of scope `s`.
@@ -408,27 +334,6 @@ fn sqlite_op(st: &Stores) -> Op {
         dbs[s].lock().write(&sqlite_reflection(&cs), now, ACTIVE);
         None
     })
-}
-
-/// The phases' shares of the summed time of `samples`.
-fn shares(samples: &[&WritePhases]) -> Vec<(&'static str, f64)> {
-    let total: f64 = samples.iter().map(|p| p.total.as_secs_f64()).sum();
-    let mut out: Vec<(&'static str, f64)> = WritePhases::default()
-        .named()
-        .iter()
-        .map(|(name, _)| (*name, 0.0))
-        .collect();
-    for p in samples {
-        for (slot, (_, d)) in out.iter_mut().zip(p.named()) {
-            slot.1 += d.as_secs_f64();
-        }
-    }
-    let named: f64 = out.iter().map(|(_, v)| v).sum();
-    out.push(("(unnamed)", (total - named).max(0.0)));
-    for slot in &mut out {
-        slot.1 = if total > 0.0 { slot.1 / total } else { 0.0 };
-    }
-    out
 }
 
 /// Of the summed latency of the writes above p95 (`slow`) or of the 100 around p50: the shares
@@ -689,17 +594,20 @@ fn main() {
         // A warm-up at the same load, not recorded: the engines settle from the load before
         // (the closed loop's compactions) to this one's steady state.
         drive_open(
+            OPEN_WORKERS,
             Arrivals::poisson(offered, phase / 4, seed ^ 1),
             scopes,
             lessons_op(&st),
         );
         drive_open(
+            OPEN_WORKERS,
             Arrivals::poisson(offered, phase / 4, seed ^ 1),
             scopes,
             sqlite_op(&st),
         );
         let steal = Steal::now();
         let (ours_rate, ours) = drive_open(
+            OPEN_WORKERS,
             Arrivals::poisson(offered, phase, seed),
             scopes,
             lessons_op(&st),
@@ -707,6 +615,7 @@ fn main() {
         let ours_steal = steal.since();
         let steal = Steal::now();
         let (base_rate, base) = drive_open(
+            OPEN_WORKERS,
             Arrivals::poisson(offered, phase, seed),
             scopes,
             sqlite_op(&st),
@@ -755,44 +664,4 @@ fn main() {
         "The same for the writes above p99 by their own time (from when a worker started them): what held a worker up",
         &own,
     );
-}
-
-/// The shares of each engine phase (and of the wait for a worker) in the time of each set of
-/// open-loop writes, a column per offered load.
-fn phase_table(title: &str, sets: &[(f64, Vec<Arrival>)]) {
-    println!("\n{title}\n");
-    let header: Vec<String> = sets
-        .iter()
-        .map(|(offered, w)| format!("{offered:.0}/s ({} writes)", w.len()))
-        .collect();
-    println!("| phase | {} |", header.join(" | "));
-    println!("|---|{}", "---|".repeat(sets.len()));
-    let tables: Vec<(f64, Vec<(&'static str, f64)>)> = sets
-        .iter()
-        .map(|(_, writes)| {
-            let total: f64 = writes.iter().map(|w| w.0.as_secs_f64()).sum();
-            let late: f64 = writes.iter().map(|w| w.1.as_secs_f64()).sum();
-            let phases: Vec<&WritePhases> = writes.iter().filter_map(|w| w.2.as_ref()).collect();
-            let written: f64 = phases.iter().map(|p| p.total.as_secs_f64()).sum();
-            // The phases' shares of the writes' own time, scaled to their share of the whole.
-            let scale = if total > 0.0 { written / total } else { 0.0 };
-            let shares = shares(&phases)
-                .into_iter()
-                .map(|(name, v)| (name, v * scale))
-                .collect();
-            (if total > 0.0 { late / total } else { 0.0 }, shares)
-        })
-        .collect();
-    let cells: Vec<String> = tables
-        .iter()
-        .map(|(late, _)| format!("{:.1}%", 100.0 * late))
-        .collect();
-    println!("| waiting for a worker (late) | {} |", cells.join(" | "));
-    for (i, (name, _)) in WritePhases::default().named().iter().enumerate() {
-        let cells: Vec<String> = tables
-            .iter()
-            .map(|(_, shares)| format!("{:.1}%", 100.0 * shares[i].1))
-            .collect();
-        println!("| {name} | {} |", cells.join(" | "));
-    }
 }

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod phases;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
