@@ -29,15 +29,20 @@
 //!    whether or not the earlier ones are done, `OPEN_WORKERS` threads take them in order, and
 //!    each latency counts from when the write was due, so a queue shows. At 300/s and 600/s
 //!    offered, and at half of lessons' own closed-loop rate (the steady round), `SECONDS` per
-//!    engine and load after a warm-up of a quarter of that at the same load: the achieved rate, p50 / p99 / p99.9, p99 ÷ p50, and lessons' p99 ÷
-//!    SQLite's.
+//!    engine and load after a warm-up of a quarter of that at the same load: the achieved rate,
+//!    p50 / p99 / p99.9, p99 ÷ p50, and lessons' p99 ÷ SQLite's; beside them the disk's floor at
+//!    the same arrivals (a raw 4 KiB append and `fdatasync` each, by the same workers), the part
+//!    of the tail the disk itself adds, and lessons' p99 ÷ the floor's. Then what each kind of
+//!    lessons' threads wrote to the disk during each load, the phases of the slowest writes,
+//!    and how their workers spent them (`schedstat`).
 //!
 //! Each row says how much CPU time the machine's hypervisor stole while it ran (`/proc/stat`):
 //! on a shared host the tail moves with it.
 //!
 //! `cargo bench --bench writes` (`LESSONS_WRITES_RECORDS=1000000` for the large store,
 //! `LESSONS_WRITES_SECONDS=N` per sustained phase, default 20; `LESSONS_WRITES_THREADS=N`
-//! writers instead of 8; the stores go in `TMPDIR`, which must be on the disk being measured).
+//! writers instead of 8; `LESSONS_WRITES_OPEN_ONLY=1` for the open loop alone, without its
+//! half-rate load; `LESSONS_WRITES_OFFERED=300,600` the open loop's loads; the stores go in `TMPDIR`, which must be on the disk being measured).
 
 // A harness: a panic is its failure report (see Cargo.toml's lint policy).
 #![allow(clippy::expect_used, clippy::indexing_slicing, clippy::unwrap_used)]
@@ -59,8 +64,12 @@ use lessons::internals::{last_write, WritePhases};
 use lessons::store::SyncTimes;
 use lessons::Clock;
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
-use support::phases::{drive_open, phase_table, shares, Arrival, Call, Op, Sched, ThreadClock};
-use support::{brief, records, text, vocabulary, Arrivals, Rng, SqliteScope, Steal, Tail, NOW};
+use support::phases::{
+    drive_open, phase_table, sched_table, shares, Arrival, Call, Op, Sched, ThreadClock,
+};
+use support::{
+    brief, records, text, vocabulary, Arrivals, DiskWrites, Rng, SqliteScope, Steal, Tail, NOW,
+};
 
 const ACTIVE: usize = 500;
 const SINGLE_WRITES: usize = 2_000;
@@ -118,6 +127,31 @@ fn floor_beside(dir: &Path, n: usize, busy: usize) -> (Duration, Duration) {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         timed
     })
+}
+
+/// The disk's floor at an open loop's load: each arrival a raw 4 KiB append and `fdatasync`
+/// of one file, by the open loop's workers, timed from when it was due. An idle disk answers
+/// a lone request more slowly than one kept busy (the closed loop's floor above), and this is
+/// the part of a write's tail no store on this disk can remove.
+fn floor_open(dir: &Path, arrivals: Arrivals) -> Tail {
+    let path = dir.join("floor-open.bin");
+    let file = std::sync::Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("floor file"),
+    );
+    let file = Arc::new(file);
+    let op: Op = Arc::new(move |_: &mut Rng, _: usize| {
+        let mut f = file.lock().expect("floor file");
+        f.write_all(&[0x5au8; 4096]).expect("append");
+        f.sync_data().expect("fdatasync");
+        None
+    });
+    let (_, writes) = drive_open(OPEN_WORKERS, arrivals, 1, op);
+    std::fs::remove_file(path).expect("remove");
+    Tail::of(writes.iter().map(|w| w.0).collect())
 }
 
 fn timed_appends(dir: &Path, n: usize) -> (Duration, Duration) {
@@ -380,6 +414,11 @@ fn main() {
     // The system's temporary directory (`TMPDIR`): it must be on the disk measured, not tmpfs.
     let dir = tempfile::tempdir().expect("dir");
     let st = stores(dir.path(), scopes);
+    let phase = Duration::from_secs(seconds as u64);
+    if env("LESSONS_WRITES_OPEN_ONLY", 0) == 1 {
+        open_loop(&st, dir.path(), scopes, phase, records_total, 0.0);
+        return;
+    }
 
     println!("\nDurable writes: lessons beside SQLite + FTS5 (`synchronous=FULL`) and the disk's floor\n");
     println!("| row | lessons | SQLite | lessons ÷ SQLite | steal |");
@@ -432,7 +471,6 @@ fn main() {
         steal.since()
     );
 
-    let phase = Duration::from_secs(seconds as u64);
     let mut ours_samples = Vec::new();
     let mut base_samples = Vec::new();
     let mut syncs = SyncTimes::default();
@@ -581,15 +619,36 @@ fn main() {
         ours_rate / base_rate
     );
 
-    // The tail at a deployment's load.
+    open_loop(&st, dir.path(), scopes, phase, records_total, steady_rate);
+}
+
+/// The tail at a deployment's load: 300/s, 600/s and half of `steady_rate` (none without it).
+fn open_loop(
+    st: &Stores,
+    dir: &Path,
+    scopes: usize,
+    phase: Duration,
+    records_total: usize,
+    steady_rate: f64,
+) {
+    let seconds = phase.as_secs();
     println!(
         "\nAn open loop: Poisson arrivals, {OPEN_WORKERS} workers, latency from the due time, {records_total} records, {seconds} s per engine and load\n"
     );
-    println!("| offered | lessons: achieved, p50 / p99 / p99.9 (p99 ÷ p50) | SQLite: the same | lessons' p99 ÷ SQLite's | steal |");
-    println!("|---|---|---|---|---|");
+    println!("| offered | lessons: achieved, p50 / p99 / p99.9 (p99 ÷ p50) | SQLite: the same | lessons' p99 ÷ SQLite's | the floor (4 KiB append + fdatasync) at this load | lessons' p99 ÷ the floor's | steal |");
+    println!("|---|---|---|---|---|---|---|");
     let half = (steady_rate / 2.0).round();
     let mut slowest = Vec::new();
-    for (i, offered) in OFFERED.into_iter().chain([half]).enumerate() {
+    let mut written: Vec<String> = Vec::new();
+    let offered: Vec<f64> = match std::env::var("LESSONS_WRITES_OFFERED") {
+        Ok(list) => list
+            .split(',')
+            .filter_map(|r| r.trim().parse().ok())
+            .collect(),
+        Err(_) => OFFERED.to_vec(),
+    };
+    let loads = offered.into_iter().chain([half]).filter(|r| *r > 0.0);
+    for (i, offered) in loads.enumerate() {
         let seed = 0x0be7 + i as u64;
         // A warm-up at the same load, not recorded: the engines settle from the load before
         // (the closed loop's compactions) to this one's steady state.
@@ -597,30 +656,33 @@ fn main() {
             OPEN_WORKERS,
             Arrivals::poisson(offered, phase / 4, seed ^ 1),
             scopes,
-            lessons_op(&st),
+            lessons_op(st),
         );
         drive_open(
             OPEN_WORKERS,
             Arrivals::poisson(offered, phase / 4, seed ^ 1),
             scopes,
-            sqlite_op(&st),
+            sqlite_op(st),
         );
         let steal = Steal::now();
+        let disk = DiskWrites::now();
         let (ours_rate, ours) = drive_open(
             OPEN_WORKERS,
             Arrivals::poisson(offered, phase, seed),
             scopes,
-            lessons_op(&st),
+            lessons_op(st),
         );
         let ours_steal = steal.since();
+        written.push(format!("- {offered:.0}/s: {}", disk.since()));
         let steal = Steal::now();
         let (base_rate, base) = drive_open(
             OPEN_WORKERS,
             Arrivals::poisson(offered, phase, seed),
             scopes,
-            sqlite_op(&st),
+            sqlite_op(st),
         );
         let base_steal = steal.since();
+        let floor = floor_open(dir, Arrivals::poisson(offered, phase, seed));
         let (ours_tail, base) = (
             Tail::of(ours.iter().map(|w| w.0).collect()),
             Tail::of(base.iter().map(|w| w.0).collect()),
@@ -643,12 +705,17 @@ fn main() {
             format!("{offered:.0}/s")
         };
         println!(
-            "| {label} | {ours_rate:.0}/s, {} | {base_rate:.0}/s, {} | {:.2}× | {ours_steal} / {base_steal} |",
+            "| {label} | {ours_rate:.0}/s, {} | {base_rate:.0}/s, {} | {:.2}× | {} | {:.2}× | {ours_steal} / {base_steal} |",
             ours.row(),
             base.row(),
-            ours.p99.as_secs_f64() / base.p99.as_secs_f64()
+            ours.p99.as_secs_f64() / base.p99.as_secs_f64(),
+            floor.row(),
+            ours.p99.as_secs_f64() / floor.p99.as_secs_f64()
         );
     }
+
+    println!("\nWhat lessons' threads wrote to the disk while each load ran (`/proc/self/task/*/io`, by thread name):\n");
+    println!("{}", written.join("\n"));
 
     // Where the open loop's slowest writes went: the wait for a worker, then the phases.
     let from_due: Vec<(f64, Vec<Arrival>)> = slowest
@@ -662,6 +729,10 @@ fn main() {
     let own: Vec<(f64, Vec<Arrival>)> = slowest.into_iter().map(|(o, _, held)| (o, held)).collect();
     phase_table(
         "The same for the writes above p99 by their own time (from when a worker started them): what held a worker up",
+        &own,
+    );
+    sched_table(
+        "How the workers spent those writes (the kernel's `schedstat`), from when they started them",
         &own,
     );
 }

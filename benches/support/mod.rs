@@ -536,3 +536,55 @@ impl Tail {
         )
     }
 }
+
+/// The bytes this process's threads handed to the disk (`/proc/self/task/*/io`'s
+/// `write_bytes`: counted when a page is dirtied, or written for a direct write), by thread
+/// name. What has exited is in the process's own count (`/proc/self/io`), kept as "(exited)".
+pub struct DiskWrites(std::collections::BTreeMap<String, u64>);
+
+impl DiskWrites {
+    fn write_bytes(io: &str) -> u64 {
+        io.lines()
+            .find_map(|l| l.strip_prefix("write_bytes:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn now() -> DiskWrites {
+        let mut by = std::collections::BTreeMap::new();
+        let mut live = 0;
+        for task in std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let p = task.path();
+            let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+            // Numbered threads of one kind ("merge_thread_2") count as one.
+            let name = name.trim().trim_end_matches(|c: char| c.is_ascii_digit());
+            let bytes =
+                Self::write_bytes(&std::fs::read_to_string(p.join("io")).unwrap_or_default());
+            live += bytes;
+            *by.entry(name.to_owned()).or_insert(0) += bytes;
+        }
+        let all = Self::write_bytes(&std::fs::read_to_string("/proc/self/io").unwrap_or_default());
+        by.insert("(exited)".into(), all.saturating_sub(live));
+        DiskWrites(by)
+    }
+
+    /// What each kind of thread wrote since `self`, largest first, in MB.
+    pub fn since(&self) -> String {
+        let now = DiskWrites::now();
+        let mut rows: Vec<(u64, &String)> = now
+            .0
+            .iter()
+            .map(|(k, v)| (v.saturating_sub(self.0.get(k).copied().unwrap_or(0)), k))
+            .filter(|(v, _)| *v >= 1 << 20)
+            .collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+        rows.iter()
+            .map(|(v, k)| format!("{k} {:.0} MB", *v as f64 / 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

@@ -53,8 +53,8 @@ impl ThreadClock {
 }
 
 /// One write of an open loop: its latency from when it was due, how long it waited for a
-/// worker to start it, and lessons' phases of it.
-pub type Arrival = (Duration, Duration, Option<WritePhases>);
+/// worker to start it, lessons' phases of it, and how its worker spent it.
+pub type Arrival = (Duration, Duration, Option<WritePhases>, Option<Sched>);
 
 /// Runs `op` on random scopes of `scopes` as `arrivals` come due, on `workers` threads:
 /// the achieved rate and each write.
@@ -71,11 +71,13 @@ pub fn drive_open(
             std::thread::spawn(move || {
                 let mut rng = Rng(5_000 + k as u64);
                 let mut out = Vec::new();
+                let clock = ThreadClock::open();
                 while let Some(due) = arrivals.next() {
                     let late = due.elapsed();
                     let s = rng.below(scopes);
+                    let before = clock.read();
                     let phases = op(&mut rng, s);
-                    out.push((due.elapsed(), late, phases));
+                    out.push((due.elapsed(), late, phases, clock.since(before)));
                 }
                 out
             })
@@ -145,6 +147,52 @@ pub fn phase_table(title: &str, sets: &[(f64, Vec<Arrival>)]) {
         let cells: Vec<String> = tables
             .iter()
             .map(|(_, shares)| format!("{:.1}%", 100.0 * shares[i].1))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+}
+
+/// How the workers spent each set of open-loop writes from when they started them: on a CPU,
+/// runnable but waiting for one, asleep (the disk, a lock, a condition variable); a column per
+/// offered load. `None` where the kernel keeps no `schedstat`.
+pub fn sched_table(title: &str, sets: &[(f64, Vec<Arrival>)]) {
+    let mut columns = Vec::new();
+    for (offered, writes) in sets {
+        let own: f64 = writes
+            .iter()
+            .map(|w| w.0.saturating_sub(w.1).as_secs_f64())
+            .sum();
+        let (mut on, mut waiting) = (0.0, 0.0);
+        for w in writes {
+            let Some(s) = w.3 else { return };
+            on += s.on_cpu.as_secs_f64();
+            waiting += s.waiting.as_secs_f64();
+        }
+        let own = own.max(f64::MIN_POSITIVE);
+        columns.push((
+            format!("{offered:.0}/s ({} writes)", writes.len()),
+            [
+                on / own,
+                waiting / own,
+                (1.0 - (on + waiting) / own).max(0.0),
+            ],
+        ));
+    }
+    println!("\n{title}\n");
+    let header: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
+    println!("| the worker was | {} |", header.join(" | "));
+    println!("|---|{}", "---|".repeat(columns.len()));
+    for (i, name) in [
+        "on a CPU",
+        "runnable, waiting for a CPU",
+        "asleep (the disk, a lock, a condition variable)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{:.1}%", 100.0 * c.1[i]))
             .collect();
         println!("| {name} | {} |", cells.join(" | "));
     }
