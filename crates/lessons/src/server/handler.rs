@@ -366,7 +366,8 @@ fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
     std::thread::Builder::new()
         .name("lessons-export".into())
         .spawn(move || {
-            yield_to_runs();
+            // Minutes of CPU on a large store: the cores go to runs' calls first.
+            crate::store::background::lower_this_thread();
             let store = Arc::clone(&slot.0.store);
             let mut out = JsonPieces::new(|piece| stream.send(piece));
             out.raw("{\"records\":[");
@@ -393,23 +394,6 @@ fn export(state: &Arc<AppState>) -> Result<Answer, Refusal> {
             )
         })?;
     Ok(Answer::other(body.response(), Some("streaming".to_owned())))
-}
-
-/// The export thread's nice value: a full export (every record and decision a store ever held,
-/// minutes of CPU on a large store) takes the cores only when a run's call does not want them.
-/// At 10 the scheduler gives it about a tenth of what a call at the default gets.
-const EXPORT_NICE: i32 = 10;
-
-/// Lowers the calling thread's CPU priority to [`EXPORT_NICE`]. Elsewhere than Linux (where a
-/// nice value is the process's, not the thread's), or where the call fails, the export runs at
-/// the default priority.
-fn yield_to_runs() {
-    #[cfg(target_os = "linux")]
-    if let Err(e) =
-        rustix::process::setpriority_process(Some(rustix::thread::gettid()), EXPORT_NICE)
-    {
-        log::debug!("[http] /export runs at the default priority: {e}");
-    }
 }
 
 /// The writing end of a streamed answer (`/export`, a large `/review`), on the thread that

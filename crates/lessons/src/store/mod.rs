@@ -11,6 +11,7 @@
 //! the name it uses, so the facade stands above them all.
 
 mod api;
+pub(crate) mod background;
 pub(crate) mod codec;
 mod counters;
 mod durable;

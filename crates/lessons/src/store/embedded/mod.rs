@@ -105,9 +105,13 @@ impl EmbeddedStore {
         let records_dir = dir.join("records");
         fjall_files::restore_lock(&records_dir)?;
         fjall_files::check_before_open(dir, &records_dir)?;
-        let records = Records::open(dir, &records_dir, b.cache_bytes)?;
+        let records = crate::store::background::open("the records", || {
+            Records::open(dir, &records_dir, b.cache_bytes)
+        })?;
         let upgrade = Upgrade::needed(&records, dir)?;
-        let opened = KeywordIndex::open(&dir.join("index"))?;
+        let opened = crate::store::background::open("the keyword index", || {
+            KeywordIndex::open(&dir.join("index"))
+        })?;
         // Before anything is acknowledged: the names of `records/` and `index/` in `dir`,
         // and what fjall created in `records/` without syncing it.
         fjall_files::sync_names(dir, &records_dir)?;
@@ -150,7 +154,10 @@ impl EmbeddedStore {
         let worker = Arc::clone(&shared);
         let indexer = std::thread::Builder::new()
             .name("lessons-indexer".into())
-            .spawn(move || indexer::run(&worker))
+            .spawn(move || {
+                crate::store::background::lower_this_thread();
+                indexer::run(&worker)
+            })
             .map_err(|e| Error::io("starting the indexer thread", e))?;
         let mut store = EmbeddedStore {
             shared,
@@ -161,7 +168,10 @@ impl EmbeddedStore {
         // On failure the store drops, which stops the indexer it started.
         let committer = std::thread::Builder::new()
             .name("lessons-uses".into())
-            .spawn(move || retrieve::commit_uses(&worker))
+            .spawn(move || {
+                crate::store::background::lower_this_thread();
+                retrieve::commit_uses(&worker)
+            })
             .map_err(|e| Error::io("starting the use committer thread", e))?;
         store.committer = Some(committer);
         Ok(store)
