@@ -55,7 +55,6 @@ mod support;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,11 +63,13 @@ use lessons::internals::{last_write, WritePhases};
 use lessons::store::SyncTimes;
 use lessons::Clock;
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
+use support::floor::{floor_beside, floor_open};
 use support::phases::{
-    drive_open, phase_table, sched_table, shares, Arrival, Call, Op, Sched, ThreadClock,
+    drive_open, phase_table, sched_table, shares, Arrival, Call, Op, Sched, ThreadClock, SCHED_ROWS,
 };
 use support::{
-    brief, records, text, vocabulary, Arrivals, DiskWrites, Rng, SqliteScope, Steal, Tail, NOW,
+    brief, p50_p99, percentile, records, text, vocabulary, Arrivals, DiskWrites, Rng, SqliteScope,
+    Steal, Tail, NOW,
 };
 
 const ACTIVE: usize = 500;
@@ -94,84 +95,8 @@ fn clock() -> Clock {
     Arc::new(move || NOW + start.elapsed().as_millis() as i64)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-/// p50, p99 of `samples`.
-fn p50_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    (percentile(&samples, 0.5), percentile(&samples, 0.99))
-}
-
-/// A raw 4 KiB append and `fdatasync`, `n` times, in `dir`, while `busy` threads keep the CPU
-/// busy without touching the disk. With none, this is the disk's floor. With some, the disk's
-/// part is the same and what the wall clock adds is the wait for a CPU once the disk has
-/// answered: the wait a write under 8 writers on few cores also pays.
-fn floor_beside(dir: &Path, n: usize, busy: usize) -> (Duration, Duration) {
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        for _ in 0..busy {
-            s.spawn(|| {
-                let mut x = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
-            });
-        }
-        let timed = timed_appends(dir, n);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        timed
-    })
-}
-
-/// The disk's floor at an open loop's load: each arrival a raw 4 KiB append and `fdatasync`
-/// of one file, by the open loop's workers, timed from when it was due. An idle disk answers
-/// a lone request more slowly than one kept busy (the closed loop's floor above), and this is
-/// the part of a write's tail no store on this disk can remove.
-fn floor_open(dir: &Path, arrivals: Arrivals) -> Tail {
-    let path = dir.join("floor-open.bin");
-    let file = std::sync::Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .expect("floor file"),
-    );
-    let file = Arc::new(file);
-    let op: Op = Arc::new(move |_: &mut Rng, _: usize| {
-        let mut f = file.lock().expect("floor file");
-        f.write_all(&[0x5au8; 4096]).expect("append");
-        f.sync_data().expect("fdatasync");
-        None
-    });
-    let (_, writes) = drive_open(OPEN_WORKERS, arrivals, 1, op);
-    std::fs::remove_file(path).expect("remove");
-    Tail::of(writes.iter().map(|w| w.0).collect())
-}
-
-fn timed_appends(dir: &Path, n: usize) -> (Duration, Duration) {
-    let path = dir.join("floor.bin");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .expect("floor file");
-    let block = [0x5au8; 4096];
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        file.write_all(&block).expect("append");
-        file.sync_data().expect("fdatasync");
-        samples.push(t.elapsed());
-    }
-    drop(file);
-    std::fs::remove_file(path).expect("remove");
-    p50_p99(samples)
 }
 
 /// A reflection to `s`: two new lessons, a restatement of an active record, a repeat.
@@ -555,14 +480,7 @@ fn main() {
         );
         println!("| the thread was | lessons above p95 | lessons around p50 | SQLite above p95 | SQLite around p50 |");
         println!("|---|---|---|---|---|");
-        for (i, name) in [
-            "on a CPU",
-            "runnable, waiting for a CPU",
-            "asleep (the disk, a lock, a condition variable)",
-        ]
-        .iter()
-        .enumerate()
-        {
+        for (i, name) in SCHED_ROWS.iter().enumerate() {
             println!(
                 "| {name} | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
                 100.0 * os[i],
@@ -682,7 +600,7 @@ fn open_loop(
             sqlite_op(st),
         );
         let base_steal = steal.since();
-        let floor = floor_open(dir, Arrivals::poisson(offered, phase, seed));
+        let floor = floor_open(dir, Arrivals::poisson(offered, phase, seed), OPEN_WORKERS);
         let (ours_tail, base) = (
             Tail::of(ours.iter().map(|w| w.0).collect()),
             Tail::of(base.iter().map(|w| w.0).collect()),

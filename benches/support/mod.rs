@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod floor;
 pub mod phases;
 
 use std::path::Path;
@@ -17,6 +18,17 @@ use lessons::internals::rank::rank;
 use lessons::internals::text::{normalize, tokenize};
 use lessons::model::{Kind, Record, ScopeKey, Status};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
+
+/// The sample at quantile `p` of `sorted`.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// p50, p99 of `samples`.
+pub fn p50_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (percentile(&samples, 0.5), percentile(&samples, 0.99))
+}
 
 /// A fixed-seed xorshift generator: the same data every run.
 pub struct Rng(pub u64);

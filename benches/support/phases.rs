@@ -15,6 +15,14 @@ pub type Call<T> = Arc<dyn Fn(&mut Rng, usize) -> T + Send + Sync>;
 /// A write to scope `s`, answering lessons' phases of it.
 pub type Op = Call<Option<WritePhases>>;
 
+/// The rows of a table of how threads spent calls, in the order `sched_table` and the closed
+/// loop's table fill them.
+pub const SCHED_ROWS: [&str; 3] = [
+    "on a CPU",
+    "runnable, waiting for a CPU",
+    "asleep (the disk, a lock, a condition variable)",
+];
+
 /// How a thread spent one call, by the kernel's count (`/proc/thread-self/schedstat`): on a
 /// CPU, and runnable but waiting for one. The rest of the call it slept.
 #[derive(Clone, Copy, Debug, Default)]
@@ -182,14 +190,7 @@ pub fn sched_table(title: &str, sets: &[(f64, Vec<Arrival>)]) {
     let header: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
     println!("| the worker was | {} |", header.join(" | "));
     println!("|---|{}", "---|".repeat(columns.len()));
-    for (i, name) in [
-        "on a CPU",
-        "runnable, waiting for a CPU",
-        "asleep (the disk, a lock, a condition variable)",
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, name) in SCHED_ROWS.iter().enumerate() {
         let cells: Vec<String> = columns
             .iter()
             .map(|c| format!("{:.1}%", 100.0 * c.1[i]))
