@@ -139,6 +139,17 @@ fn send(addr: SocketAddr, token: &str, req: &Request, now: i64) -> std::io::Resu
 
 /// The documented difference: a dry-run sweep lists its ids in ascending sequence here, in the
 /// order SQLite's scan happens to take there.
+/// Both engines' answers to one request, one line each, as the log and a mismatch show them.
+fn both(a: &(u16, Vec<u8>), b: &(u16, Vec<u8>)) -> String {
+    format!(
+        "  lessons:   {} {}\n  reference: {} {}",
+        a.0,
+        String::from_utf8_lossy(&a.1),
+        b.0,
+        String::from_utf8_lossy(&b.1)
+    )
+}
+
 fn same_but_for_sweep_order(req: &Request, a: &(u16, Vec<u8>), b: &(u16, Vec<u8>)) -> bool {
     if req.path != "/sweep" || a.0 != 200 || b.0 != 200 {
         return false;
@@ -288,27 +299,16 @@ fn main() {
             );
             *statuses.entry(b.0).or_default() += 1;
             if let Some(f) = log.as_mut() {
-                let _ = writeln!(
-                    f,
-                    "#{sent} at {t}: {}\n  lessons:   {} {}\n  reference: {} {}",
-                    req.describe(),
-                    a.0,
-                    String::from_utf8_lossy(&a.1),
-                    b.0,
-                    String::from_utf8_lossy(&b.1)
-                );
+                let _ = writeln!(f, "#{sent} at {t}: {}\n{}", req.describe(), both(&a, &b));
             }
             if a != b && same_but_for_sweep_order(req, &a, &b) {
                 documented += 1;
             } else if a != b {
                 mismatches += 1;
                 println!(
-                    "MISMATCH #{sent} at {t}\n  request:   {}\n  lessons:   {} {}\n  reference: {} {}",
+                    "MISMATCH #{sent} at {t}\n  request:   {}\n{}",
                     req.describe(),
-                    a.0,
-                    String::from_utf8_lossy(&a.1),
-                    b.0,
-                    String::from_utf8_lossy(&b.1)
+                    both(&a, &b)
                 );
             }
             if let (Some(scope), 200) = (wrote, b.0) {
