@@ -166,6 +166,9 @@ struct WorkerState {
     stats: Arc<Stats>,
 }
 
+/// The journal's size past which a flush rotates it.
+const JOURNAL_ROTATION_BYTES: u64 = 64_000_000;
+
 fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
     let Ok(item) = ctx.rx.recv() else {
         return Ok(true);
@@ -187,15 +190,54 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
                 return Ok(false);
             };
 
+            let journal = &ctx.supervisor.journal;
+
+            // A rotation creates the next journal: a file, its size and two fsyncs, which
+            // under the journal's lock every commit would wait for. So the next journal is
+            // prepared first, as a spare, and the rotation under the lock only renames it.
+            let (rotation_due, folder) = {
+                let mut journal_writer = journal.get_writer()?;
+                (
+                    journal_writer.pos()? > JOURNAL_ROTATION_BYTES,
+                    journal_writer.folder(),
+                )
+            };
+            let spare_guard = if rotation_due {
+                Some(journal.lock_spare()?)
+            } else {
+                None
+            };
+            let spare = match spare_guard {
+                Some(_) => {
+                    let spare = crate::journal::writer::Writer::prepare_spare(&folder)?;
+                    // The rotation fsyncs the old journal under the lock, so that nothing in
+                    // the new one can outlive it; sync its bytes so far first, so that fsync
+                    // has only the last few to write.
+                    let old = {
+                        let mut journal_writer = journal.get_writer()?;
+                        journal_writer.persist(crate::PersistMode::Buffer)?;
+                        journal_writer.try_clone_file()?
+                    };
+                    old.sync_all()?;
+                    Some(spare)
+                }
+                None => None,
+            };
+
             // The journal's bytes so far, to fsync once the journal lock is released: every
-            // commit takes that lock, so an fsync under it is a wait for every writer.
+            // commit takes that lock, so an fsync under it is a wait for every writer. And a
+            // rotation's rename, made durable by an fsync of the folder, also after the lock.
             let mut journal_to_sync = None;
+            let mut names_to_sync = None;
 
             {
                 log::trace!("acquiring journal lock to maybe rotate journal");
-                let mut journal_writer = ctx.supervisor.journal.get_writer()?;
+                let mut journal_writer = journal.get_writer()?;
 
-                if journal_writer.pos()? > 64_000_000 {
+                // Without a spare (the journal passed the mark after it was looked at), the
+                // rotation waits for the next flush rather than create a file under the lock.
+                let still_due = journal_writer.pos()? > JOURNAL_ROTATION_BYTES;
+                if let (true, Some(spare)) = (still_due, spare.as_deref()) {
                     #[expect(clippy::expect_used)]
                     let mut journal_manager = ctx
                         .supervisor
@@ -210,7 +252,7 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
                         ctx.supervisor.build_seqno_map(&keyspaces)
                     };
 
-                    journal_manager.rotate_journal(&mut journal_writer, seqno_map)?;
+                    journal_manager.rotate_journal(&mut journal_writer, seqno_map, Some(spare))?;
 
                     if journal_manager.disk_space_used()
                         >= ctx.supervisor.db_config.max_journaling_size_in_bytes
@@ -236,11 +278,21 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
                     journal_writer.persist(crate::PersistMode::Buffer)?;
                     journal_to_sync = Some(journal_writer.try_clone_file()?);
                 }
+
+                if journal_writer.unsynced_names() > 0 {
+                    names_to_sync = Some(journal_writer.renames());
+                }
             }
 
             if let Some(file) = journal_to_sync {
                 file.sync_all()?;
             }
+
+            if let Some(renames) = names_to_sync {
+                crate::file::fsync_directory(&folder)?;
+                journal.get_writer()?.names_synced(renames);
+            }
+            drop(spare_guard);
 
             run_flush(
                 &task,

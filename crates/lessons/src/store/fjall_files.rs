@@ -4,8 +4,9 @@
 //! - `version`: the format marker, `FJL` and the format version 3, written last at creation;
 //! - `lock`: the file fjall locks (the store locks its own directory first, see `embedded`);
 //! - `<n>.jnl`: the journals, numbered from 0; the highest is the active one, a rotation
-//!   creates exactly the next number, and a sealed journal is deleted once every keyspace it
-//!   touched has flushed;
+//!   creates exactly the next number (the patched engine renames `next-journal.spare`,
+//!   prepared ahead, to it), and a sealed journal is deleted once every keyspace it touched
+//!   has flushed;
 //! - `keyspaces/<id>/`: one LSM tree per keyspace (`0` is fjall's own meta keyspace), each
 //!   with `tables/`, its versions `v<n>` and the `current` pointer (lsm-tree's).
 //!
@@ -44,7 +45,9 @@
 //! - fjall creates the database directory itself (`create_dir_all` of its path) without an
 //!   fsync of its parent: that is the store's directory, which the store syncs.
 //!
-//! fjall's rotation fsyncs the new journal and then the folder (`journal/writer.rs`, `rotate`),
+//! fjall's rotation fsyncs the new journal and then the folder (`journal/writer.rs`, `rotate`;
+//! the patched engine syncs the folder after its lock, and the store before its own fsync of a
+//! journal it had not opened, see `embedded::group`),
 //! lsm-tree fsyncs a new table's file and folder before it is registered, and a version's file,
 //! folder and `current` pointer before the journal behind it is deleted; a deleted journal whose
 //! removal is not yet durable comes back as a journal of batches already in tables, which

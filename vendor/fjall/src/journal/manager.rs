@@ -5,7 +5,10 @@
 use super::writer::Writer;
 use crate::Keyspace;
 use lsm_tree::{AbstractTree, SeqNo};
-use std::{path::PathBuf, sync::MutexGuard};
+use std::{
+    path::{Path, PathBuf},
+    sync::MutexGuard,
+};
 
 /// Stores the highest seqno of a keyspace found in a journal.
 #[derive(Clone)]
@@ -182,10 +185,14 @@ impl JournalManager {
         &mut self,
         journal_writer: &mut MutexGuard<Writer>,
         watermarks: Vec<EvictionWatermark>,
+        spare: Option<&Path>,
     ) -> crate::Result<()> {
         let journal_size = journal_writer.len()?;
 
-        let (sealed_path, _) = journal_writer.rotate()?;
+        let (sealed_path, _) = match spare {
+            Some(spare) => journal_writer.rotate_onto_spare(spare)?,
+            None => journal_writer.rotate()?,
+        };
 
         self.enqueue(Item {
             path: sealed_path,

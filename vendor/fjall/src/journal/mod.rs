@@ -27,6 +27,10 @@ use writer::Writer;
 
 pub struct Journal {
     writer: Mutex<Writer>,
+
+    /// Held while the spare journal is prepared and, after that, while a rotation renames it
+    /// into place: taken before `writer`, never while holding it.
+    spare: Mutex<()>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -71,6 +75,7 @@ impl Journal {
     fn from_file<P: AsRef<Path>>(path: P) -> crate::Result<Self> {
         Ok(Self {
             writer: Mutex::new(Writer::from_file(path)?),
+            spare: Mutex::new(()),
         })
     }
 
@@ -97,6 +102,7 @@ impl Journal {
 
         Ok(Self {
             writer: Mutex::new(writer),
+            spare: Mutex::new(()),
         })
     }
 
@@ -107,6 +113,11 @@ impl Journal {
     /// Returns an error if the journal writer is poisoned.
     pub(crate) fn get_writer(&self) -> crate::Result<MutexGuard<'_, Writer>> {
         self.writer.lock().map_err(|_| crate::Error::Poisoned)
+    }
+
+    /// Hands out the right to prepare the spare journal and rotate onto it (see `spare`).
+    pub(crate) fn lock_spare(&self) -> crate::Result<MutexGuard<'_, ()>> {
+        self.spare.lock().map_err(|_| crate::Error::Poisoned)
     }
 
     pub fn path(&self) -> crate::Result<PathBuf> {

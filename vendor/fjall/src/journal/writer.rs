@@ -20,11 +20,21 @@ pub const PRE_ALLOCATED_BYTES: u64 = 64 * 1_024 * 1_024;
 
 pub const JOURNAL_BUFFER_BYTES: usize = 8 * 1_024;
 
+/// The next journal, created, sized and made durable ahead of a rotation (see
+/// [`Writer::prepare_spare`]). Not a `.jnl` name, so recovery never takes it for a journal.
+pub const SPARE_FILE_NAME: &str = "next-journal.spare";
+
 pub struct Writer {
     pub(crate) path: PathBuf,
     file: BufWriter<File>,
     buf: Vec<u8>,
     is_buffer_dirty: bool,
+
+    /// Rotations so far that renamed a spare into place (see [`Writer::rotate_onto_spare`]),
+    /// and how many of them a directory fsync is known to cover: the journal's name is durable
+    /// only when the second has caught up with the first.
+    renames: u64,
+    renames_synced: u64,
 
     compression: CompressionType,
     compression_threshold: usize,
@@ -64,6 +74,75 @@ impl Writer {
     }
 
     pub fn rotate(&mut self) -> crate::Result<(PathBuf, PathBuf)> {
+        self.rotate_onto(None)
+    }
+
+    /// Creates the spare journal in `folder` (or resizes a leftover one), fsyncs it and the
+    /// folder: what creating the next journal costs, paid before the writer's lock is taken.
+    /// Idempotent; the caller keeps concurrent rotations out while it runs (`Journal::spare`).
+    pub fn prepare_spare(folder: &Path) -> crate::Result<PathBuf> {
+        let path = folder.join(SPARE_FILE_NAME);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .inspect_err(|e| {
+                log::error!("Failed to create spare journal at {}: {e:?}", path.display());
+            })?;
+        // A spare is never written to before it becomes the journal: its bytes are zeros,
+        // which the journal's reader takes as its end.
+        file.set_len(PRE_ALLOCATED_BYTES)?;
+        file.sync_all()?;
+        fsync_directory(folder)?;
+        Ok(path)
+    }
+
+    /// [`Self::rotate`], taking the next journal from a spare that [`Self::prepare_spare`] made
+    /// durable: under the writer's lock only the old journal's fsync and a rename remain. The
+    /// rename is durable once the folder is fsynced, which [`Self::sync_names`] does after the
+    /// lock is released, and every `persist` that syncs does first: nothing written to the new
+    /// journal is reported durable before its name is.
+    pub fn rotate_onto_spare(&mut self, spare: &Path) -> crate::Result<(PathBuf, PathBuf)> {
+        self.rotate_onto(Some(spare))
+    }
+
+    /// The rotations whose renames are not yet known durable (`0`: none), to hand to
+    /// [`Self::names_synced`] after an fsync of the folder.
+    pub fn unsynced_names(&self) -> u64 {
+        self.renames - self.renames_synced
+    }
+
+    /// The folder holding the journal.
+    pub fn folder(&self) -> PathBuf {
+        self.path
+            .parent()
+            .expect("should have parent")
+            .to_path_buf()
+    }
+
+    /// Records that an fsync of the folder, started when `renames` rotations had renamed a
+    /// spare, returned.
+    pub fn names_synced(&mut self, renames: u64) {
+        self.renames_synced = self.renames_synced.max(renames);
+    }
+
+    /// The rotations counted so far (see [`Self::names_synced`]).
+    pub fn renames(&self) -> u64 {
+        self.renames
+    }
+
+    /// Makes the journal's name durable if a rotation renamed it since the last fsync of the
+    /// folder.
+    fn sync_names(&mut self) -> std::io::Result<()> {
+        if self.renames_synced < self.renames {
+            fsync_directory(self.folder())?;
+            self.renames_synced = self.renames;
+        }
+        Ok(())
+    }
+
+    fn rotate_onto(&mut self, spare: Option<&Path>) -> crate::Result<(PathBuf, PathBuf)> {
         self.persist(PersistMode::SyncAll)?;
 
         log::debug!(
@@ -112,13 +191,51 @@ impl Writer {
 
         let comp = self.compression;
         let compt = self.compression_threshold;
-        *self = Self::create_new(new_path.clone())?;
+        let (renames, renames_synced) = (self.renames, self.renames_synced);
+
+        if let Some(spare) = spare {
+            // `rename` replaces a file of that name: none may exist, the journal ids only grow.
+            if new_path.try_exists()? {
+                log::error!("Journal file {} already exists", new_path.display());
+                return Err(crate::Error::Io(std::io::Error::from(
+                    std::io::ErrorKind::AlreadyExists,
+                )));
+            }
+            let file = OpenOptions::new().write(true).open(spare)?;
+            std::fs::rename(spare, &new_path).inspect_err(|e| {
+                log::error!(
+                    "Failed to rename spare journal {} to {}: {e:?}",
+                    spare.display(),
+                    new_path.display(),
+                );
+            })?;
+            *self = Self::from_parts(new_path.clone(), file);
+            self.renames = renames + 1;
+            self.renames_synced = renames_synced;
+        } else {
+            *self = Self::create_new(new_path.clone())?;
+            self.renames = renames;
+            self.renames_synced = renames_synced;
+
+            // IMPORTANT: fsync folder on Unix
+            fsync_directory(&folder)?;
+        }
         self.set_compression(comp, compt);
 
-        // IMPORTANT: fsync folder on Unix
-        fsync_directory(&folder)?;
-
         Ok((prev_path, new_path))
+    }
+
+    fn from_parts(path: PathBuf, file: File) -> Self {
+        Self {
+            path,
+            file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
+            buf: Vec::new(),
+            is_buffer_dirty: false,
+            renames: 0,
+            renames_synced: 0,
+            compression: CompressionType::None,
+            compression_threshold: 0,
+        }
     }
 
     pub fn create_new<P: Into<PathBuf>>(path: P) -> crate::Result<Self> {
@@ -144,6 +261,8 @@ impl Writer {
             file: BufWriter::new(file),
             buf: Vec::new(),
             is_buffer_dirty: false,
+            renames: 0,
+            renames_synced: 0,
             compression: CompressionType::None,
             compression_threshold: 0,
         })
@@ -177,6 +296,8 @@ impl Writer {
                 file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
                 buf: Vec::new(),
                 is_buffer_dirty: false,
+                renames: 0,
+                renames_synced: 0,
                 compression: CompressionType::None,
                 compression_threshold: 0,
             });
@@ -194,6 +315,8 @@ impl Writer {
             file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
             buf: Vec::new(),
             is_buffer_dirty: false,
+            renames: 0,
+            renames_synced: 0,
             compression: CompressionType::None,
             compression_threshold: 0,
         })
@@ -220,6 +343,10 @@ impl Writer {
                 );
             })?;
             self.is_buffer_dirty = false;
+        }
+
+        if mode != PersistMode::Buffer {
+            self.sync_names()?;
         }
 
         match mode {

@@ -294,8 +294,10 @@ impl GroupCommit {
 /// Why fsyncing it covers every batch committed before `GroupCommit::sync` moved fjall's buffer
 /// to the OS: those bytes are in the journal that was active then. If it is still the active
 /// one, it is the highest-numbered file, which `current` finds after the move. If fjall rotated
-/// it since, the rotation fsynced it (`SyncAll`) before creating the next file, and fsynced the
-/// directory after, so it is already durable and fsyncing the next file is enough.
+/// it since, the rotation fsynced it (`SyncAll`) before the next file took its place, so it is
+/// already durable and fsyncing the next file is enough, once that file's name is durable: the
+/// patched engine's rotation renames a prepared spare to it and fsyncs the directory only after
+/// releasing its lock, so `current` fsyncs the directory itself whenever it opens a journal.
 struct ActiveJournal {
     records: PathBuf,
     open: Option<(u64, Arc<std::fs::File>)>,
@@ -323,6 +325,8 @@ impl ActiveJournal {
             }
         }
         let (id, path) = fjall_files::active_journal(&self.records)?;
+        // Its name must be durable before any batch in it is acknowledged.
+        crate::store::durable::sync_dir(&self.records)?;
         let file = Arc::new(
             std::fs::File::open(&path)
                 .map_err(|e| Error::io(format!("opening {}", path.display()), e))?,
