@@ -77,21 +77,25 @@ impl Writer {
         self.rotate_onto(None)
     }
 
-    /// Creates the spare journal in `folder` (or resizes a leftover one), fsyncs it and the
-    /// folder: what creating the next journal costs, paid before the writer's lock is taken.
-    /// Idempotent; the caller keeps concurrent rotations out while it runs (`Journal::spare`).
+    /// Creates the spare journal in `folder`, fsyncs it and the folder: what creating the next
+    /// journal costs, paid before the writer's lock is taken. The caller keeps concurrent
+    /// rotations out while it runs (`Journal::lock_spare`).
+    ///
+    /// A spare left from before is replaced, never reused: a power cut after a rotation renamed
+    /// it, before the folder's fsync made the rename durable, can leave under the spare's name
+    /// a file holding batches the OS wrote back, which a reused spare would carry into a later
+    /// journal behind its new batches.
     pub fn prepare_spare(folder: &Path) -> crate::Result<PathBuf> {
         let path = folder.join(SPARE_FILE_NAME);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .inspect_err(|e| {
-                log::error!("Failed to create spare journal at {}: {e:?}", path.display());
-            })?;
-        // A spare is never written to before it becomes the journal: its bytes are zeros,
-        // which the journal's reader takes as its end.
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let file = File::create_new(&path).inspect_err(|e| {
+            log::error!("Failed to create spare journal at {}: {e:?}", path.display());
+        })?;
+        // Zeros, which the journal's reader takes as its end.
         file.set_len(PRE_ALLOCATED_BYTES)?;
         file.sync_all()?;
         fsync_directory(folder)?;
