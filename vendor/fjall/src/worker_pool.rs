@@ -195,33 +195,29 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
             // A rotation creates the next journal: a file, its size and two fsyncs, which
             // under the journal's lock every commit would wait for. So the next journal is
             // prepared first, as a spare, and the rotation under the lock only renames it.
-            let (rotation_due, folder) = {
-                let mut journal_writer = journal.get_writer()?;
-                (
-                    journal_writer.pos()? > JOURNAL_ROTATION_BYTES,
-                    journal_writer.folder(),
-                )
-            };
-            let spare_guard = if rotation_due {
-                Some(journal.lock_spare()?)
+            //
+            // Only the holder of the spare lock rotates, so once it is held the journal's
+            // position can only grow until it is released: a rotation found due here is still
+            // due under the journal's lock, and every spare prepared is renamed. Looking before
+            // taking the lock would not do: two workers could both see the same journal due, and
+            // the second would prepare a spare after the first had rotated, then leave it.
+            let folder = journal.get_writer()?.folder();
+            let spare_guard = journal.lock_spare()?;
+            let rotation_due = journal.get_writer()?.pos()? > JOURNAL_ROTATION_BYTES;
+            let spare = if rotation_due {
+                let spare = crate::journal::writer::Writer::prepare_spare(&folder)?;
+                // The rotation fsyncs the old journal under the lock, so that nothing in
+                // the new one can outlive it; sync its bytes so far first, so that fsync
+                // has only the last few to write.
+                let old = {
+                    let mut journal_writer = journal.get_writer()?;
+                    journal_writer.persist(crate::PersistMode::Buffer)?;
+                    journal_writer.try_clone_file()?
+                };
+                old.sync_all()?;
+                Some(spare)
             } else {
                 None
-            };
-            let spare = match spare_guard {
-                Some(_) => {
-                    let spare = crate::journal::writer::Writer::prepare_spare(&folder)?;
-                    // The rotation fsyncs the old journal under the lock, so that nothing in
-                    // the new one can outlive it; sync its bytes so far first, so that fsync
-                    // has only the last few to write.
-                    let old = {
-                        let mut journal_writer = journal.get_writer()?;
-                        journal_writer.persist(crate::PersistMode::Buffer)?;
-                        journal_writer.try_clone_file()?
-                    };
-                    old.sync_all()?;
-                    Some(spare)
-                }
-                None => None,
             };
 
             // The journal's bytes so far, to fsync once the journal lock is released: every
@@ -236,8 +232,7 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
 
                 // Without a spare (the journal passed the mark after it was looked at), the
                 // rotation waits for the next flush rather than create a file under the lock.
-                let still_due = journal_writer.pos()? > JOURNAL_ROTATION_BYTES;
-                if let (true, Some(spare)) = (still_due, spare.as_deref()) {
+                if let Some(spare) = spare.as_deref() {
                     #[expect(clippy::expect_used)]
                     let mut journal_manager = ctx
                         .supervisor
