@@ -202,7 +202,8 @@ fn a_clean_close_leaves_the_records_in_tables_so_a_deleted_journal_loses_nothing
 
 /// fjall rotates its journal past 64 MB at a flush, onto a spare it prepared before taking the
 /// journal's lock (the patched engine, see vendor/README.md). The batches written to the new
-/// journal are replayed from it at the next open, and every name is one recovery knows.
+/// journal are replayed from it at the next open, every name is one recovery knows, and the
+/// new journal's blocks were written before any batch went into them.
 #[test]
 fn a_journal_rotated_onto_its_spare_is_replayed() {
     let tmp = tempfile::tempdir().expect("a scratch dir");
@@ -254,6 +255,16 @@ fn a_journal_rotated_onto_its_spare_is_replayed() {
     assert!(
         !path.join("next-journal.spare").exists(),
         "the spare became the journal"
+    );
+    // The spare's zeros were written out, not left as a hole, so a batch appended to it
+    // allocates nothing and its fdatasync commits no file system metadata.
+    let newest = path.join(format!("{}.jnl", rotated.last().expect("a journal")));
+    let allocated = std::os::unix::fs::MetadataExt::blocks(
+        &std::fs::metadata(&newest).expect("the new journal"),
+    ) * 512;
+    assert!(
+        allocated >= 64 * 1024 * 1024,
+        "the new journal's 64 MiB are allocated before any batch: {allocated} bytes"
     );
     // Only in the new journal: a flush would put them in a table.
     for i in 1_100..1_200u32 {
