@@ -200,16 +200,27 @@ fn a_clean_close_leaves_the_records_in_tables_so_a_deleted_journal_loses_nothing
     assert_eq!(next_id_in(&to, &s), "mem:repo:a/b:400");
 }
 
-/// fjall rotates its journal past 64 MB at a flush, onto a spare it prepared before taking the
-/// journal's lock (the patched engine, see vendor/README.md). The batches written to the new
-/// journal are replayed from it at the next open, every name is one recovery knows, and the
-/// new journal's blocks were written before any batch went into them.
-#[test]
-fn a_journal_rotated_onto_its_spare_is_replayed() {
-    let tmp = tempfile::tempdir().expect("a scratch dir");
-    let path = tmp.path().join("db");
-    let journals = || {
-        let mut ids: Vec<u64> = std::fs::read_dir(&path)
+/// A fjall database opened as the store opens it (uncompressed journal, so values take their
+/// size in it), written through one keyspace of 64 KiB values.
+struct RawDb {
+    path: std::path::PathBuf,
+}
+
+impl RawDb {
+    fn open(&self) -> (fjall::Database, fjall::Keyspace) {
+        let db = fjall::Database::builder(&self.path)
+            .journal_compression(fjall::CompressionType::None)
+            .open()
+            .expect("fjall opens");
+        let ks = db
+            .keyspace("bulk", fjall::KeyspaceCreateOptions::default)
+            .expect("keyspace");
+        (db, ks)
+    }
+
+    /// The journal files' ids, ascending.
+    fn journals(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = std::fs::read_dir(&self.path)
             .expect("the database's directory")
             .filter_map(|e| {
                 e.ok()?
@@ -222,48 +233,73 @@ fn a_journal_rotated_onto_its_spare_is_replayed() {
             .collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// The bytes the file system allocated to the newest journal.
+    fn newest_allocated(&self) -> u64 {
+        let newest = self.journals().last().copied().expect("a journal");
+        let meta = std::fs::metadata(self.path.join(format!("{newest}.jnl"))).expect("journal");
+        std::os::unix::fs::MetadataExt::blocks(&meta) * 512
+    }
+
+    fn spare_left(&self) -> bool {
+        self.path.join("next-journal.spare").exists()
+    }
+
+    /// Waits (at most 30 s) until a journal newer than `than` exists and no spare is being
+    /// prepared: a rotation that a worker runs in the background.
+    fn await_rotation_past(&self, than: u64) -> Vec<u64> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let now = self.journals();
+            if now.last().is_some_and(|&id| id > than) && !self.spare_left() {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no rotation past journal {than}: {now:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+fn value(i: u32) -> Vec<u8> {
+    let mut v = vec![b'v'; 64 * 1024];
+    v[..4].copy_from_slice(&i.to_be_bytes());
+    v
+}
+
+const WRITTEN_OUT: u64 = 64 * 1024 * 1024;
+
+/// fjall rotates its journal past 64 MB at a flush, onto a spare it prepared before taking the
+/// journal's lock (the patched engine, see vendor/README.md). The batches written to the new
+/// journal are replayed from it at the next open, every name is one recovery knows, and the
+/// new journal's blocks were written before any batch went into them.
+#[test]
+fn a_journal_rotated_onto_its_spare_is_replayed() {
+    let tmp = tempfile::tempdir().expect("a scratch dir");
+    let raw = RawDb {
+        path: tmp.path().join("db"),
     };
-    let value = |i: u32| {
-        let mut v = vec![b'v'; 64 * 1024];
-        v[..4].copy_from_slice(&i.to_be_bytes());
-        v
-    };
-    // Uncompressed, as the store writes it: the values take their size in the journal.
-    let open = || {
-        fjall::Database::builder(&path)
-            .journal_compression(fjall::CompressionType::None)
-            .open()
-            .expect("fjall opens")
-    };
-    let bulk = |db: &fjall::Database| {
-        db.keyspace("bulk", fjall::KeyspaceCreateOptions::default)
-            .expect("keyspace")
-    };
-    let db = open();
-    let ks = bulk(&db);
-    let first = journals();
+    let (db, ks) = raw.open();
+    let first = raw.journals();
     // 64 KiB values: some 70 MB of journal, then a flush, which rotates it.
     for i in 0..1_100u32 {
         ks.insert(i.to_be_bytes(), value(i)).expect("insert");
     }
     ks.rotate_memtable_and_wait().expect("flush");
-    let rotated = journals();
+    let rotated = raw.journals();
     assert!(
         rotated.last() > first.last(),
         "the journal rotated: {first:?} then {rotated:?}"
     );
-    assert!(
-        !path.join("next-journal.spare").exists(),
-        "the spare became the journal"
-    );
+    assert!(!raw.spare_left(), "the spare became the journal");
     // The spare's zeros were written out, not left as a hole, so a batch appended to it
     // allocates nothing and its fdatasync commits no file system metadata.
-    let newest = path.join(format!("{}.jnl", rotated.last().expect("a journal")));
-    let allocated = std::os::unix::fs::MetadataExt::blocks(
-        &std::fs::metadata(&newest).expect("the new journal"),
-    ) * 512;
+    let allocated = raw.newest_allocated();
     assert!(
-        allocated >= 64 * 1024 * 1024,
+        allocated >= WRITTEN_OUT,
         "the new journal's 64 MiB are allocated before any batch: {allocated} bytes"
     );
     // Only in the new journal: a flush would put them in a table.
@@ -274,15 +310,81 @@ fn a_journal_rotated_onto_its_spare_is_replayed() {
     drop(ks);
     drop(db);
 
-    let db = open();
-    let ks = bulk(&db);
+    let (_db, ks) = raw.open();
     for i in 0..1_200u32 {
         let got = ks.get(i.to_be_bytes()).expect("get");
         assert_eq!(got.as_deref(), Some(&value(i)[..]), "key {i}");
     }
     assert_eq!(
-        journals().last(),
+        raw.journals().last(),
         rotated.last(),
         "no journal lost or added"
     );
+}
+
+/// The first journal of a database is sized as a hole, and a journal reopened after a restart
+/// is appended to: either way each batch allocates blocks, and its fdatasync must make them
+/// durable too. Past its first MiB such a journal is rotated onto a spare written out as zeros,
+/// without waiting for a flush; a database that holds less never writes a spare. Every batch,
+/// in every journal, is replayed.
+#[test]
+fn a_journal_not_written_out_is_rotated_onto_a_spare_after_its_first_mebibyte() {
+    let tmp = tempfile::tempdir().expect("a scratch dir");
+    let raw = RawDb {
+        path: tmp.path().join("db"),
+    };
+    let (db, ks) = raw.open();
+    let first = raw.journals();
+    assert_eq!(first.len(), 1, "a new database has one journal: {first:?}");
+    // Half a MiB: below the mark, nothing rotates and no spare is written.
+    for i in 0..8u32 {
+        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(raw.journals(), first, "no rotation below the mark");
+    assert!(!raw.spare_left(), "no spare below the mark");
+    // Past the first MiB: rotated onto a spare by a worker, with no memtable flushed.
+    for i in 8..40u32 {
+        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
+    }
+    let rotated = raw.await_rotation_past(first[0]);
+    let allocated = raw.newest_allocated();
+    assert!(
+        allocated >= WRITTEN_OUT,
+        "the journal rotated onto is written out: {allocated} bytes"
+    );
+    assert_eq!(ks.table_count(), 0, "no flush was needed");
+    // Written out, the new journal is not rotated early again.
+    for i in 40..80u32 {
+        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(raw.journals().last(), rotated.last(), "one early rotation");
+    drop(ks);
+    drop(db);
+
+    // Reopened, the last journal is appended to, and past a MiB it is rotated again.
+    let (db, ks) = raw.open();
+    let reopened = raw.journals();
+    for i in 80..120u32 {
+        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
+    }
+    let again = raw.await_rotation_past(*reopened.last().expect("a journal"));
+    let allocated = raw.newest_allocated();
+    assert!(
+        allocated >= WRITTEN_OUT,
+        "after a restart too: {allocated} bytes, journals {again:?}"
+    );
+    for i in 120..130u32 {
+        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
+    }
+    db.persist(fjall::PersistMode::SyncAll).expect("persist");
+    drop(ks);
+    drop(db);
+
+    let (_db, ks) = raw.open();
+    for i in 0..130u32 {
+        let got = ks.get(i.to_be_bytes()).expect("get");
+        assert_eq!(got.as_deref(), Some(&value(i)[..]), "key {i}");
+    }
 }

@@ -21,6 +21,8 @@ pub enum WorkerMessage {
     Compact(Keyspace),
     Close,
     RotateMemtable(Keyspace, MemtableId),
+    /// Rotate the journal onto a spare if it is due (see `Writer::take_early_rotation`).
+    RotateJournal,
 }
 
 impl std::fmt::Debug for WorkerMessage {
@@ -34,6 +36,7 @@ impl std::fmt::Debug for WorkerMessage {
                 Self::Close => Cow::Borrowed("WorkerMessage:Close"),
                 Self::RotateMemtable(k, memtable_id) =>
                     Cow::Owned(format!("WorkerMessage:Rotate({:?}, {memtable_id})", k.name)),
+                Self::RotateJournal => Cow::Borrowed("WorkerMessage:RotateJournal"),
             }
         )
     }
@@ -166,8 +169,122 @@ struct WorkerState {
     stats: Arc<Stats>,
 }
 
-/// The journal's size past which a flush rotates it.
-const JOURNAL_ROTATION_BYTES: u64 = 64_000_000;
+/// Asks a worker to rotate the journal early, once, when `writer` says it is due (see
+/// `Writer::take_early_rotation`); called by a commit under the journal's lock, after its
+/// append. A request the queue refuses is asked again by the next commit.
+pub(crate) fn request_early_rotation(
+    writer: &mut crate::journal::writer::Writer,
+    sender: &flume::Sender<WorkerMessage>,
+) -> crate::Result<()> {
+    if writer.take_early_rotation()? && sender.try_send(WorkerMessage::RotateJournal).is_err() {
+        writer.early_rotation_unasked();
+    }
+    Ok(())
+}
+
+/// Rotates the journal onto a spare if a rotation is due. With `for_flush`, a journal that is
+/// not rotated has its bytes so far fsynced instead: a flush may read only what is durable.
+fn rotate_journal_if_due(ctx: &WorkerState, for_flush: bool) -> crate::Result<()> {
+    let journal = &ctx.supervisor.journal;
+
+    // A rotation creates the next journal: a file, its size and two fsyncs, which
+    // under the journal's lock every commit would wait for. So the next journal is
+    // prepared first, as a spare, and the rotation under the lock only renames it.
+    //
+    // Only the holder of the spare lock rotates, so once it is held the journal's
+    // position can only grow until it is released: a rotation found due here is still
+    // due under the journal's lock, and every spare prepared is renamed. Looking before
+    // taking the lock would not do: two workers could both see the same journal due, and
+    // the second would prepare a spare after the first had rotated, then leave it.
+    let folder = journal.get_writer()?.folder();
+    let spare_guard = journal.lock_spare()?;
+    let rotation_due = journal.get_writer()?.rotation_due()?;
+    let spare = if rotation_due {
+        let spare = crate::journal::writer::Writer::prepare_spare(&folder)?;
+        // The rotation fsyncs the old journal under the lock, so that nothing in
+        // the new one can outlive it; sync its bytes so far first, so that fsync
+        // has only the last few to write.
+        let old = {
+            let mut journal_writer = journal.get_writer()?;
+            journal_writer.persist(crate::PersistMode::Buffer)?;
+            journal_writer.try_clone_file()?
+        };
+        old.sync_all()?;
+        Some(spare)
+    } else {
+        None
+    };
+
+    // The journal's bytes so far, to fsync once the journal lock is released: every
+    // commit takes that lock, so an fsync under it is a wait for every writer. And a
+    // rotation's rename, made durable by an fsync of the folder, also after the lock.
+    let mut journal_to_sync = None;
+    let mut names_to_sync = None;
+
+    {
+        log::trace!("acquiring journal lock to maybe rotate journal");
+        let mut journal_writer = journal.get_writer()?;
+
+        // Without a spare (the journal passed the mark after it was looked at), the
+        // rotation waits for the next flush rather than create a file under the lock.
+        if let Some(spare) = spare.as_deref() {
+            #[expect(clippy::expect_used)]
+            let mut journal_manager = ctx
+                .supervisor
+                .journal_manager
+                .write()
+                .expect("lock is poisoned");
+
+            let seqno_map = {
+                #[expect(clippy::expect_used)]
+                let keyspaces = ctx.supervisor.keyspaces.write().expect("lock is poisoned");
+
+                ctx.supervisor.build_seqno_map(&keyspaces)
+            };
+
+            journal_manager.rotate_journal(&mut journal_writer, seqno_map, Some(spare))?;
+
+            if journal_manager.disk_space_used()
+                >= ctx.supervisor.db_config.max_journaling_size_in_bytes
+            {
+                let stragglers =
+                    journal_manager.get_keyspaces_to_flush_for_oldest_journal_eviction();
+
+                for keyspace in stragglers {
+                    log::info!(
+                        "Rotating {:?} to try to reduce journal size",
+                        keyspace.name,
+                    );
+                    keyspace.request_rotation();
+                }
+            }
+        } else if for_flush {
+            // https://github.com/fjall-rs/fjall/issues/329
+            //
+            // Everything the sealed memtables hold was appended before the rotation
+            // sealed them, so it is in this file: hand its bytes to the OS under the
+            // lock, then fsync a second handle of the same file outside it. (Had the
+            // journal rotated meanwhile, `rotate` fsynced the old file itself.)
+            journal_writer.persist(crate::PersistMode::Buffer)?;
+            journal_to_sync = Some(journal_writer.try_clone_file()?);
+        }
+
+        if journal_writer.unsynced_names() > 0 {
+            names_to_sync = Some(journal_writer.renames());
+        }
+    }
+
+    if let Some(file) = journal_to_sync {
+        file.sync_all()?;
+    }
+
+    if let Some(renames) = names_to_sync {
+        crate::file::fsync_directory(&folder)?;
+        journal.get_writer()?.names_synced(renames);
+    }
+    drop(spare_guard);
+    Ok(())
+}
 
 fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
     let Ok(item) = ctx.rx.recv() else {
@@ -185,109 +302,13 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
             let journal_writer = keyspace.supervisor.journal.get_writer()?;
             keyspace.inner_rotate_memtable(journal_writer, memtable_id)?;
         }
+        WorkerMessage::RotateJournal => rotate_journal_if_due(ctx, false)?,
         WorkerMessage::Flush => {
             let Some(task) = ctx.supervisor.flush_manager.dequeue() else {
                 return Ok(false);
             };
 
-            let journal = &ctx.supervisor.journal;
-
-            // A rotation creates the next journal: a file, its size and two fsyncs, which
-            // under the journal's lock every commit would wait for. So the next journal is
-            // prepared first, as a spare, and the rotation under the lock only renames it.
-            //
-            // Only the holder of the spare lock rotates, so once it is held the journal's
-            // position can only grow until it is released: a rotation found due here is still
-            // due under the journal's lock, and every spare prepared is renamed. Looking before
-            // taking the lock would not do: two workers could both see the same journal due, and
-            // the second would prepare a spare after the first had rotated, then leave it.
-            let folder = journal.get_writer()?.folder();
-            let spare_guard = journal.lock_spare()?;
-            let rotation_due = journal.get_writer()?.pos()? > JOURNAL_ROTATION_BYTES;
-            let spare = if rotation_due {
-                let spare = crate::journal::writer::Writer::prepare_spare(&folder)?;
-                // The rotation fsyncs the old journal under the lock, so that nothing in
-                // the new one can outlive it; sync its bytes so far first, so that fsync
-                // has only the last few to write.
-                let old = {
-                    let mut journal_writer = journal.get_writer()?;
-                    journal_writer.persist(crate::PersistMode::Buffer)?;
-                    journal_writer.try_clone_file()?
-                };
-                old.sync_all()?;
-                Some(spare)
-            } else {
-                None
-            };
-
-            // The journal's bytes so far, to fsync once the journal lock is released: every
-            // commit takes that lock, so an fsync under it is a wait for every writer. And a
-            // rotation's rename, made durable by an fsync of the folder, also after the lock.
-            let mut journal_to_sync = None;
-            let mut names_to_sync = None;
-
-            {
-                log::trace!("acquiring journal lock to maybe rotate journal");
-                let mut journal_writer = journal.get_writer()?;
-
-                // Without a spare (the journal passed the mark after it was looked at), the
-                // rotation waits for the next flush rather than create a file under the lock.
-                if let Some(spare) = spare.as_deref() {
-                    #[expect(clippy::expect_used)]
-                    let mut journal_manager = ctx
-                        .supervisor
-                        .journal_manager
-                        .write()
-                        .expect("lock is poisoned");
-
-                    let seqno_map = {
-                        #[expect(clippy::expect_used)]
-                        let keyspaces = ctx.supervisor.keyspaces.write().expect("lock is poisoned");
-
-                        ctx.supervisor.build_seqno_map(&keyspaces)
-                    };
-
-                    journal_manager.rotate_journal(&mut journal_writer, seqno_map, Some(spare))?;
-
-                    if journal_manager.disk_space_used()
-                        >= ctx.supervisor.db_config.max_journaling_size_in_bytes
-                    {
-                        let stragglers =
-                            journal_manager.get_keyspaces_to_flush_for_oldest_journal_eviction();
-
-                        for keyspace in stragglers {
-                            log::info!(
-                                "Rotating {:?} to try to reduce journal size",
-                                keyspace.name,
-                            );
-                            keyspace.request_rotation();
-                        }
-                    }
-                } else {
-                    // https://github.com/fjall-rs/fjall/issues/329
-                    //
-                    // Everything the sealed memtables hold was appended before the rotation
-                    // sealed them, so it is in this file: hand its bytes to the OS under the
-                    // lock, then fsync a second handle of the same file outside it. (Had the
-                    // journal rotated meanwhile, `rotate` fsynced the old file itself.)
-                    journal_writer.persist(crate::PersistMode::Buffer)?;
-                    journal_to_sync = Some(journal_writer.try_clone_file()?);
-                }
-
-                if journal_writer.unsynced_names() > 0 {
-                    names_to_sync = Some(journal_writer.renames());
-                }
-            }
-
-            if let Some(file) = journal_to_sync {
-                file.sync_all()?;
-            }
-
-            if let Some(renames) = names_to_sync {
-                crate::file::fsync_directory(&folder)?;
-                journal.get_writer()?.names_synced(renames);
-            }
-            drop(spare_guard);
+            rotate_journal_if_due(ctx, true)?;
 
             run_flush(
                 &task,

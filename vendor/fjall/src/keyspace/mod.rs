@@ -262,6 +262,8 @@ impl Keyspace {
                 })?;
         }
 
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
+
         self.tree.clear().inspect_err(|_| {
             self.is_poisoned.poison();
         })?;
@@ -955,6 +957,8 @@ impl Keyspace {
                 })?;
         }
 
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
+
         let (item_size, memtable_size) = self.tree.insert(key, value, seqno);
 
         self.supervisor.snapshot_tracker.publish(seqno);
@@ -1028,6 +1032,8 @@ impl Keyspace {
                     self.is_poisoned.poison();
                 })?;
         }
+
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
 
         let (item_size, memtable_size) = self.tree.remove(key, seqno);
 
@@ -1122,6 +1128,8 @@ impl Keyspace {
                     self.is_poisoned.poison();
                 })?;
         }
+
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
 
         let (item_size, memtable_size) = self.tree.remove_weak(key, seqno);
 
