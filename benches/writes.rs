@@ -6,7 +6,8 @@
 //!    writers, threads that only use the CPU: the tail the run queue alone makes here.
 //! 2. One durable write at a time (a reflection of 4 candidates: two new lessons, a
 //!    restatement, a repeat; one scope of 500 records at its cap): p50 / p99 of each engine, and
-//!    lessons' p50 in floors.
+//!    lessons' p50 in floors; and lessons' on a store just closed and opened again, the first
+//!    writes of a restarted deployment.
 //! 3. Sustained writes: 8 writer threads (`THREADS`) on random scopes of a store of `RECORDS`
 //!    records (500 per scope, every scope at its cap), `SECONDS` per engine, twice: the rate,
 //!    p50, p99 and p99 ÷ p50 of each engine. The first round follows the load (lessons compacting what was
@@ -283,6 +284,46 @@ fn lessons_op(st: &Stores) -> Op {
     })
 }
 
+/// One durable write at a time to a store just restarted, as a deployment's first writes after
+/// a restart: a scope filled to its cap, the store closed and opened again, then
+/// `SINGLE_WRITES` writes: p50 / p99. Its journal is the one the open found, appended to,
+/// until the engine rotates it onto a spare (see vendor/README.md).
+fn restarted_single(dir: &Path) -> (Duration, Duration) {
+    let path = dir.join("restarted");
+    let s = ScopeKey::parse("repo:org0/restarted").expect("valid");
+    let open = || {
+        EmbeddedStore::builder()
+            .clock(clock())
+            .open(&path)
+            .expect("open")
+    };
+    let words = vocabulary();
+    let mut rng = Rng(11);
+    let mut next = 0;
+    let mut write = |store: &EmbeddedStore| {
+        let cs = candidates(&mut rng, &words, &s, next);
+        let counts = store
+            .write(&s, &cs, &WriteOptions::default())
+            .expect("write");
+        next += counts.inserted;
+    };
+    let store = open();
+    for _ in 0..ACTIVE {
+        write(&store);
+    }
+    store.close().expect("close");
+    let store = open();
+    p50_p99(
+        (0..SINGLE_WRITES)
+            .map(|_| {
+                let t = Instant::now();
+                write(&store);
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
 /// SQLite's write of the same reflection to scope `s`.
 fn sqlite_op(st: &Stores) -> Op {
     let (dbs, keys) = (Arc::clone(&st.sqlite), Arc::clone(&st.keys));
@@ -393,6 +434,15 @@ fn main() {
         base.0.as_secs_f64() / floor50.as_secs_f64(),
         ours.0.as_secs_f64() / base.0.as_secs_f64(),
         ours.1.as_secs_f64() / base.1.as_secs_f64(),
+        steal.since()
+    );
+    let steal = Steal::now();
+    let (r50, r99) = restarted_single(dir.path());
+    println!(
+        "| … the same on a store just restarted (its journal reopened), p50 / p99 | {} / {} ({:.1} floors at p50) | | | {} |",
+        ms(r50),
+        ms(r99),
+        r50.as_secs_f64() / floor50.as_secs_f64(),
         steal.since()
     );
 
