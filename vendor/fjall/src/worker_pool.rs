@@ -171,15 +171,22 @@ struct WorkerState {
 
 /// Asks a worker to rotate the journal early, once, when `writer` says it is due (see
 /// `Writer::take_early_rotation`); called by a commit under the journal's lock, after its
-/// append. A request the queue refuses is asked again by the next commit.
+/// append. A request the queue refuses is asked again by the next commit. Never fails the
+/// commit, whose batch is already in the journal: a position that cannot be read asks nothing,
+/// and the rotation a flush runs past the usual mark still comes.
 pub(crate) fn request_early_rotation(
     writer: &mut crate::journal::writer::Writer,
     sender: &flume::Sender<WorkerMessage>,
-) -> crate::Result<()> {
-    if writer.take_early_rotation()? && sender.try_send(WorkerMessage::RotateJournal).is_err() {
-        writer.early_rotation_unasked();
+) {
+    match writer.take_early_rotation() {
+        Ok(true) => {
+            if sender.try_send(WorkerMessage::RotateJournal).is_err() {
+                writer.early_rotation_unasked();
+            }
+        }
+        Ok(false) => {}
+        Err(e) => log::warn!("journal position unknown, no early rotation asked: {e:?}"),
     }
-    Ok(())
 }
 
 /// Rotates the journal onto a spare if a rotation is due. With `for_flush`, a journal that is

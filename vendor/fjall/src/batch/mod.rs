@@ -133,7 +133,7 @@ impl WriteBatch {
         crate::worker_pool::request_early_rotation(
             &mut journal_writer,
             &self.db.worker_pool.sender,
-        )?;
+        );
 
         // TODO: maybe we can use a stack alloc hashset/vec here, such as smallset
         #[expect(clippy::mutable_key_type)]

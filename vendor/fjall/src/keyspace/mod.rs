@@ -262,7 +262,7 @@ impl Keyspace {
                 })?;
         }
 
-        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager);
 
         self.tree.clear().inspect_err(|_| {
             self.is_poisoned.poison();
@@ -957,7 +957,7 @@ impl Keyspace {
                 })?;
         }
 
-        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager);
 
         let (item_size, memtable_size) = self.tree.insert(key, value, seqno);
 
@@ -1033,7 +1033,7 @@ impl Keyspace {
                 })?;
         }
 
-        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager);
 
         let (item_size, memtable_size) = self.tree.remove(key, seqno);
 
@@ -1129,7 +1129,7 @@ impl Keyspace {
                 })?;
         }
 
-        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager)?;
+        crate::worker_pool::request_early_rotation(&mut journal_writer, &self.worker_messager);
 
         let (item_size, memtable_size) = self.tree.remove_weak(key, seqno);
 
