@@ -242,6 +242,30 @@ impl RawDb {
         std::os::unix::fs::MetadataExt::blocks(&meta) * 512
     }
 
+    /// Asserts that the newest journal's blocks were written out before any batch: a batch
+    /// appended to it allocates nothing and its fdatasync commits no file system metadata.
+    fn assert_newest_written_out(&self, what: &str) {
+        let allocated = self.newest_allocated();
+        assert!(
+            allocated >= WRITTEN_OUT,
+            "{what}: {allocated} bytes allocated, journals {:?}",
+            self.journals()
+        );
+    }
+
+    /// Makes the journal durable, closes the database, opens it again and checks that it
+    /// holds the values of `0..written`: what recovery replays.
+    fn reopened_holds(&self, db: fjall::Database, ks: fjall::Keyspace, written: u32) {
+        db.persist(fjall::PersistMode::SyncAll).expect("persist");
+        drop(ks);
+        drop(db);
+        let (_db, ks) = self.open();
+        for i in 0..written {
+            let got = ks.get(i.to_be_bytes()).expect("get");
+            assert_eq!(got.as_deref(), Some(&value(i)[..]), "key {i}");
+        }
+    }
+
     fn spare_left(&self) -> bool {
         self.path.join("next-journal.spare").exists()
     }
@@ -261,6 +285,13 @@ impl RawDb {
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+    }
+}
+
+/// Inserts the values of `keys`.
+fn insert(ks: &fjall::Keyspace, keys: std::ops::Range<u32>) {
+    for i in keys {
+        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
     }
 }
 
@@ -285,9 +316,7 @@ fn a_journal_rotated_onto_its_spare_is_replayed() {
     let (db, ks) = raw.open();
     let first = raw.journals();
     // 64 KiB values: some 70 MB of journal, then a flush, which rotates it.
-    for i in 0..1_100u32 {
-        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
-    }
+    insert(&ks, 0..1_100u32);
     ks.rotate_memtable_and_wait().expect("flush");
     let rotated = raw.journals();
     assert!(
@@ -297,24 +326,10 @@ fn a_journal_rotated_onto_its_spare_is_replayed() {
     assert!(!raw.spare_left(), "the spare became the journal");
     // The spare's zeros were written out, not left as a hole, so a batch appended to it
     // allocates nothing and its fdatasync commits no file system metadata.
-    let allocated = raw.newest_allocated();
-    assert!(
-        allocated >= WRITTEN_OUT,
-        "the new journal's 64 MiB are allocated before any batch: {allocated} bytes"
-    );
+    raw.assert_newest_written_out("the new journal's 64 MiB are allocated before any batch");
     // Only in the new journal: a flush would put them in a table.
-    for i in 1_100..1_200u32 {
-        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
-    }
-    db.persist(fjall::PersistMode::SyncAll).expect("persist");
-    drop(ks);
-    drop(db);
-
-    let (_db, ks) = raw.open();
-    for i in 0..1_200u32 {
-        let got = ks.get(i.to_be_bytes()).expect("get");
-        assert_eq!(got.as_deref(), Some(&value(i)[..]), "key {i}");
-    }
+    insert(&ks, 1_100..1_200u32);
+    raw.reopened_holds(db, ks, 1_200);
     assert_eq!(
         raw.journals().last(),
         rotated.last(),
@@ -337,27 +352,17 @@ fn a_journal_not_written_out_is_rotated_onto_a_spare_after_its_first_mebibyte() 
     let first = raw.journals();
     assert_eq!(first.len(), 1, "a new database has one journal: {first:?}");
     // Half a MiB: below the mark, nothing rotates and no spare is written.
-    for i in 0..8u32 {
-        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
-    }
+    insert(&ks, 0..8u32);
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(raw.journals(), first, "no rotation below the mark");
     assert!(!raw.spare_left(), "no spare below the mark");
     // Past the first MiB: rotated onto a spare by a worker, with no memtable flushed.
-    for i in 8..40u32 {
-        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
-    }
+    insert(&ks, 8..40u32);
     let rotated = raw.await_rotation_past(first[0]);
-    let allocated = raw.newest_allocated();
-    assert!(
-        allocated >= WRITTEN_OUT,
-        "the journal rotated onto is written out: {allocated} bytes"
-    );
+    raw.assert_newest_written_out("the journal rotated onto is written out");
     assert_eq!(ks.table_count(), 0, "no flush was needed");
     // Written out, the new journal is not rotated early again.
-    for i in 40..80u32 {
-        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
-    }
+    insert(&ks, 40..80u32);
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(raw.journals().last(), rotated.last(), "one early rotation");
     drop(ks);
@@ -366,25 +371,9 @@ fn a_journal_not_written_out_is_rotated_onto_a_spare_after_its_first_mebibyte() 
     // Reopened, the last journal is appended to, and past a MiB it is rotated again.
     let (db, ks) = raw.open();
     let reopened = raw.journals();
-    for i in 80..120u32 {
-        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
-    }
-    let again = raw.await_rotation_past(*reopened.last().expect("a journal"));
-    let allocated = raw.newest_allocated();
-    assert!(
-        allocated >= WRITTEN_OUT,
-        "after a restart too: {allocated} bytes, journals {again:?}"
-    );
-    for i in 120..130u32 {
-        ks.insert(i.to_be_bytes(), value(i)).expect("insert");
-    }
-    db.persist(fjall::PersistMode::SyncAll).expect("persist");
-    drop(ks);
-    drop(db);
-
-    let (_db, ks) = raw.open();
-    for i in 0..130u32 {
-        let got = ks.get(i.to_be_bytes()).expect("get");
-        assert_eq!(got.as_deref(), Some(&value(i)[..]), "key {i}");
-    }
+    insert(&ks, 80..120u32);
+    raw.await_rotation_past(*reopened.last().expect("a journal"));
+    raw.assert_newest_written_out("after a restart too");
+    insert(&ks, 120..130u32);
+    raw.reopened_holds(db, ks, 130);
 }
