@@ -69,8 +69,8 @@ use support::phases::{
     drive_open, phase_table, sched_table, shares, Arrival, Call, Op, Sched, ThreadClock, SCHED_ROWS,
 };
 use support::{
-    brief, p50_p99, percentile, records, text, vocabulary, Arrivals, DiskWrites, Rng, SqliteScope,
-    Steal, Tail, NOW,
+    brief, p50_p99, percentile, records, text, vocabulary, Arrivals, DiskWrites, ProcessCpu, Rng,
+    SqliteScope, Steal, Tail, NOW,
 };
 
 const ACTIVE: usize = 500;
@@ -453,7 +453,9 @@ fn main() {
     for round in ["the first after the load", "the next (steady)"] {
         let steal = Steal::now();
         let before = st.lessons.upkeep().expect("reported").journal_syncs;
+        let cpu = ProcessCpu::now();
         let (ours_rate, ours) = drive(threads, scopes, phase, lessons_op(&st));
+        let ours_cpu = cpu.since().as_secs_f64() / ours.len().max(1) as f64;
         syncs = st
             .lessons
             .upkeep()
@@ -462,7 +464,9 @@ fn main() {
             .since(&before);
         let ours_steal = steal.since();
         let steal = Steal::now();
+        let cpu = ProcessCpu::now();
         let (base_rate, base) = drive(threads, scopes, phase, sqlite_op(&st));
+        let base_cpu = cpu.since().as_secs_f64() / base.len().max(1) as f64;
         let base_steal = steal.since();
         let (o50, o99) = p50_p99(ours.iter().map(|s| s.0).collect());
         let (b50, b99) = p50_p99(base.iter().map(|s| s.0).collect());
@@ -480,6 +484,12 @@ fn main() {
             b99.as_secs_f64() / b50.as_secs_f64(),
             o50.as_secs_f64() / b50.as_secs_f64(),
             o99.as_secs_f64() / b99.as_secs_f64()
+        );
+        println!(
+            "| … CPU time per write (the whole process's user + system time ÷ writes) | {:.0} µs | {:.0} µs | {:.2}× | |",
+            ours_cpu * 1e6,
+            base_cpu * 1e6,
+            ours_cpu / base_cpu
         );
         ours_samples = ours;
         base_samples = base;

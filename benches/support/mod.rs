@@ -453,6 +453,33 @@ impl Steal {
     }
 }
 
+/// The CPU time this process spent (user and system, every thread: the writers and the
+/// engine's own), from `/proc/self/stat`, between two readings. Beside a closed loop's rate it
+/// says what each operation costs on the CPU, whatever the disk did meanwhile. Background work
+/// an earlier phase left running (a compaction) counts in the phase it runs in.
+pub struct ProcessCpu(Duration);
+
+impl ProcessCpu {
+    pub fn now() -> ProcessCpu {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // The fields after the command's name, which is in parentheses and may hold spaces:
+        // utime and stime are the 14th and 15th fields, the 12th and 13th after the name.
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let ticks: u64 = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum();
+        // Linux reports these in USER_HZ, 100 a second on every architecture it runs on.
+        ProcessCpu(Duration::from_millis(ticks * 10))
+    }
+
+    pub fn since(&self) -> Duration {
+        ProcessCpu::now().0.saturating_sub(self.0)
+    }
+}
+
 /// An open loop's arrivals: due times on a Poisson schedule, claimed in order by its workers.
 /// A request's latency counts from when it was due, not from when a worker got to it, so a
 /// queue (every worker busy, or a worker slow to wake) shows in the figures (what wrk2 and
