@@ -204,9 +204,20 @@ fn a_clean_close_leaves_the_records_in_tables_so_a_deleted_journal_loses_nothing
 /// size in it), written through one keyspace of 64 KiB values.
 struct RawDb {
     path: std::path::PathBuf,
+    /// The scratch directory holding the database, removed when the test ends.
+    _dir: tempfile::TempDir,
 }
 
 impl RawDb {
+    /// A database path in a fresh scratch directory (nothing created yet).
+    fn scratch() -> RawDb {
+        let dir = tempfile::tempdir().expect("a scratch dir");
+        RawDb {
+            path: dir.path().join("db"),
+            _dir: dir,
+        }
+    }
+
     fn open(&self) -> (fjall::Database, fjall::Keyspace) {
         let db = fjall::Database::builder(&self.path)
             .journal_compression(fjall::CompressionType::None)
@@ -309,10 +320,7 @@ const WRITTEN_OUT: u64 = 64 * 1024 * 1024;
 /// new journal's blocks were written before any batch went into them.
 #[test]
 fn a_journal_rotated_onto_its_spare_is_replayed() {
-    let tmp = tempfile::tempdir().expect("a scratch dir");
-    let raw = RawDb {
-        path: tmp.path().join("db"),
-    };
+    let raw = RawDb::scratch();
     let (db, ks) = raw.open();
     let first = raw.journals();
     // 64 KiB values: some 70 MB of journal, then a flush, which rotates it.
@@ -344,10 +352,7 @@ fn a_journal_rotated_onto_its_spare_is_replayed() {
 /// in every journal, is replayed.
 #[test]
 fn a_journal_not_written_out_is_rotated_onto_a_spare_after_its_first_mebibyte() {
-    let tmp = tempfile::tempdir().expect("a scratch dir");
-    let raw = RawDb {
-        path: tmp.path().join("db"),
-    };
+    let raw = RawDb::scratch();
     let (db, ks) = raw.open();
     let first = raw.journals();
     assert_eq!(first.len(), 1, "a new database has one journal: {first:?}");
