@@ -205,12 +205,19 @@ pub(crate) struct DecisionDisk<S = String> {
 
 impl From<&Decision> for DecisionDisk {
     fn from(d: &Decision) -> DecisionDisk {
+        DecisionDisk::of(d, true)
+    }
+}
+
+impl DecisionDisk {
+    /// `d` on disk, with its texts or without them (a text its record holds).
+    pub(crate) fn of(d: &Decision, texts: bool) -> DecisionDisk {
         DecisionDisk {
             time: d.time,
             scope_key: d.scope_key.as_str().to_owned(),
             event: d.event,
             ids: d.ids.clone(),
-            texts: d.texts.clone(),
+            texts: if texts { d.texts.clone() } else { Vec::new() },
             markers: d.markers.clone(),
             source_thread_key: d.source_thread_key.clone(),
             source_run_id: d.source_run_id.clone(),
@@ -218,9 +225,7 @@ impl From<&Decision> for DecisionDisk {
             use_count: d.use_count,
         }
     }
-}
 
-impl DecisionDisk {
     pub(crate) fn into_decision(self) -> crate::error::Result<Decision> {
         let scope = ScopeKey::parse(&self.scope_key)
             .map_err(|e| crate::error::Error::format(format!("a journal entry's scope: {e}")))?;

@@ -64,7 +64,7 @@ fn a_format_1_store_opens_and_is_upgraded_in_place() {
     drop(store);
     assert_eq!(
         stored_format(&dir),
-        Some(vec![5]),
+        Some(vec![6]),
         "the store says the current format"
     );
 }
@@ -123,7 +123,7 @@ fn a_format_3_store_opens_and_its_journal_is_keyed_by_class() {
     }
     assert_eq!(
         stored_format(&dir),
-        Some(vec![5]),
+        Some(vec![6]),
         "the store says the current format"
     );
     // Reopened as the current format, the journal reads the same.
@@ -196,7 +196,7 @@ fn a_format_4_store_opens_and_its_never_used_evictions_get_a_key_of_their_own() 
     };
     assert_eq!(
         stored_format(&dir),
-        Some(vec![5]),
+        Some(vec![6]),
         "the store says the current format"
     );
     let store = open_fixture(dir.path()).expect("reopens");
@@ -247,7 +247,7 @@ fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
     assert!(used_since >= used_first);
     assert_eq!(
         stored_format(&dir),
-        Some(vec![5]),
+        Some(vec![6]),
         "the store says the current format"
     );
     assert_eq!(
@@ -302,4 +302,113 @@ fn usage_entries(dir: &StoreDir) -> usize {
         .expect("usage")
         .len()
         .expect("count")
+}
+
+#[test]
+fn a_writes_insertions_and_evictions_are_stored_without_their_text_and_read_with_it() {
+    let dir = StoreDir::new();
+    let app = scope("repo:acme/app");
+    let texts = [
+        "the e2e suite needs PLAYWRIGHT_BROWSERS_PATH=0",
+        "run npm ci before the license check",
+        "the schema check reads migrations in order",
+    ];
+    let options = WriteOptions {
+        cap: Some(2),
+        ..WriteOptions::default()
+    };
+    let (read, mut exported) = dir.closed(|store| {
+        for t in texts {
+            store.write(&app, &[fact(t)], &options).expect("write");
+        }
+        let read = store.decisions(&app, &every_decision()).expect("journal");
+        let mut exported = Vec::new();
+        store
+            .export_decisions(&mut |d| {
+                exported.push(d);
+                Ok(())
+            })
+            .expect("export");
+        (read, exported)
+    });
+    use lessons::DecisionEvent as E;
+    let told: Vec<(E, &str, &str)> = read
+        .iter()
+        .map(|d| (d.event, d.ids[0].as_str(), d.texts[0].as_str()))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            (E::Evicted, "mem:repo:acme/app:0", texts[0]),
+            (E::Inserted, "mem:repo:acme/app:2", texts[2]),
+            (E::Inserted, "mem:repo:acme/app:1", texts[1]),
+            (E::Inserted, "mem:repo:acme/app:0", texts[0]),
+        ],
+        "each entry read with its record's text, newest first"
+    );
+    assert!(read.iter().all(|d| d.texts.len() == 1), "{read:?}");
+    exported.reverse();
+    assert_eq!(exported, read, "an export carries the texts too");
+    // On disk, none of the four entries holds a text: each is its record's.
+    let stored = {
+        let raw = dir.raw();
+        let journal = raw
+            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+            .expect("decisions");
+        let mut stored = 0;
+        for entry in journal.iter() {
+            let value = entry.value().expect("read");
+            for t in texts {
+                assert!(
+                    !value.windows(t.len()).any(|w| w == t.as_bytes()),
+                    "an entry holds {t:?}"
+                );
+            }
+            stored += 1;
+        }
+        stored
+    };
+    assert_eq!(stored, 4);
+    assert_eq!(stored_format(&dir), Some(vec![6]));
+}
+
+#[test]
+fn a_format_5_stores_journal_keeps_its_texts_and_the_store_is_marked_current() {
+    // Format 5 stored every entry whole: an import stores entries so.
+    let dir = StoreDir::new();
+    let app = scope("repo:acme/app");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    let mut inserted = lessons::Decision::new(now, &app, lessons::DecisionEvent::Inserted);
+    inserted.ids.push(app.record_id(7));
+    inserted
+        .texts
+        .push("a record this store never held".to_owned());
+    dir.closed(|store| {
+        assert_eq!(
+            store.import_decisions(&[inserted.clone()]).expect("import"),
+            1
+        );
+    });
+    {
+        let raw = dir.raw();
+        let meta = raw
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        meta.insert("format", [5]).expect("mark format 5");
+        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    assert_eq!(stored_format(&dir), Some(vec![5]));
+    let read = dir.closed(|store| {
+        assert!(store.check().expect("doctor").is_ok());
+        store.decisions(&app, &every_decision()).expect("journal")
+    });
+    assert_eq!(read, [inserted], "the entry reads as it was stored");
+    assert_eq!(
+        stored_format(&dir),
+        Some(vec![6]),
+        "marked with the current format"
+    );
 }

@@ -226,3 +226,45 @@ fn damage_to_the_decision_journal_is_found_by_doctor_and_refuses_writes() {
     let (_, report) = dir.salvage("salvaged");
     assert_eq!(report.copied, 1, "{report:?}");
 }
+
+#[test]
+fn a_salvaged_journal_keeps_the_texts_its_entries_left_to_their_records() {
+    let dir = StoreDir::new();
+    let s = scope("repo:acme/app");
+    let options = WriteOptions {
+        cap: Some(3),
+        ..WriteOptions::default()
+    };
+    let all = lessons::DecisionQuery {
+        limit: 100,
+        ..lessons::DecisionQuery::default()
+    };
+    let before = dir.closed(|store| {
+        for i in 0..5 {
+            let text = format!("lesson {i}: the schema check reads migration {i} first");
+            store.write(&s, &[fact(&text)], &options).expect("write");
+        }
+        store.decisions(&s, &all).expect("journal")
+    });
+    assert_eq!(
+        before.len(),
+        7,
+        "five insertions and two evictions: {before:?}"
+    );
+    assert!(before.iter().all(|d| d.texts.len() == 1), "{before:?}");
+    let (to, report) = dir.salvage("salvaged");
+    assert_eq!(report.decisions, 7, "{report:?}");
+    let store = EmbeddedStore::open(&to).expect("the salvaged store opens");
+    let after = store.decisions(&s, &all).expect("journal");
+    // Sorted: entries of the same millisecond are numbered again by the import that carries
+    // them into the new store.
+    let texts = |v: &[lessons::Decision]| {
+        let mut told: Vec<_> = v
+            .iter()
+            .map(|d| (d.event, d.ids.clone(), d.texts.clone()))
+            .collect();
+        told.sort();
+        told
+    };
+    assert_eq!(texts(&after), texts(&before));
+}

@@ -35,9 +35,10 @@ use crate::model::{Kind, Record, ScopeKey, Status};
 /// use of a record in `usage` instead of rewriting the record; version 4 keys each
 /// decision-journal entry by its event after its scope, so the entries of one event are one
 /// prefix; version 5 gives the eviction of a record never used a class byte of its own, so
-/// those are one prefix too. An older store is upgraded in place at open (see
-/// `embedded::upgrade`); a build that knows an older version refuses a newer one.
-pub const STORE_FORMAT: u8 = 5;
+/// those are one prefix too; version 6 stores a write's insertion and eviction entries without
+/// their text, which is their record's (`text_in_record`). An older store is upgraded in place
+/// at open (see `embedded::upgrade`); a build that knows an older version refuses a newer one.
+pub const STORE_FORMAT: u8 = 6;
 
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
 pub const LAST_BATCH: &str = "last batch";
@@ -356,6 +357,38 @@ pub fn encode_decision(d: &crate::decisions::Decision) -> Result<Vec<u8>> {
     encode(&crate::decisions::DecisionDisk::from(d))
 }
 
+/// Whether a write's entry `d` leaves its text to its record: an insertion or an eviction
+/// names one record and holds that record's text. The write that makes the entry writes the
+/// record in the same batch (inserted active, or retired), a record's text never changes, and a
+/// retired record is never removed; so the record holds the text for as long as the entry
+/// lives. At a scope's cap a write journals four insertions and four evictions, whose texts
+/// were a quarter of its batch's bytes.
+fn text_in_record(d: &Decision) -> bool {
+    matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted)
+        && d.ids.len() == 1
+        && d.texts.len() == 1
+}
+
+/// A write's journal entry as stored: without its text when its record holds it
+/// (`text_in_record`). Only a write's own entries may be stored so: an imported entry's record
+/// may not be in this store.
+pub fn encode_written_decision(d: &Decision) -> Result<Vec<u8>> {
+    encode(&crate::decisions::DecisionDisk::of(d, !text_in_record(d)))
+}
+
+/// The record whose text a stored entry left out (see `encode_written_decision`): its
+/// sequence number in the entry's scope. `None` for an entry that holds its texts.
+pub fn text_record(d: &Decision) -> Option<u64> {
+    let ([id], true) = (
+        d.ids.as_slice(),
+        matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted) && d.texts.is_empty(),
+    ) else {
+        return None;
+    };
+    let id = crate::model::RecordId::parse(id)?;
+    (id.scope == d.scope_key).then_some(id.seq)
+}
+
 pub fn decode_decision(bytes: &[u8]) -> Result<crate::decisions::Decision> {
     decode::<crate::decisions::DecisionDisk>(bytes, "a journal entry")?.into_decision()
 }
@@ -509,6 +542,32 @@ pub fn record_text(bytes: &[u8]) -> Result<&str> {
 
 /// Decodes a stored record. `known`: the scope the caller read it from, whose key is then shared
 /// instead of copied (checked, not trusted).
+/// The leading fields every record version stores, the text last of them: what a read of a
+/// record's text alone decodes (postcard reads fields in order and leaves the rest unread).
+#[derive(Deserialize)]
+struct StoredText<'a> {
+    #[serde(borrow)]
+    _scope: &'a str,
+    _seq: u64,
+    _kind: u8,
+    _status: u8,
+    text: Cow<'a, str>,
+}
+
+/// A stored record's text alone, without its keywords and provenance (a journal entry's text
+/// read from its record: see `text_record`).
+pub fn decode_record_text(bytes: &[u8]) -> Result<String> {
+    match bytes.split_first() {
+        Some((&(1 | RECORD_VERSION), body)) => postcard::from_bytes::<StoredText<'_>>(body)
+            .map(|s| s.text.into_owned())
+            .map_err(|e| Error::format(format!("a record does not decode: {e}"))),
+        Some((v, _)) => Err(Error::format(format!(
+            "a record has format version {v}; this build reads versions 1 and {RECORD_VERSION} (upgrade lessons)"
+        ))),
+        None => Err(Error::format("a record is empty")),
+    }
+}
+
 pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
     let (s, dedup_key) = match bytes.split_first() {
         Some((&RECORD_VERSION, body)) => {
@@ -620,6 +679,11 @@ mod tests {
             "the stored format is postcard's, whatever the buffer"
         );
         assert_eq!(decode_record(&bytes, Some(&scope)).expect("decode"), r);
+        assert_eq!(decode_record_text(&bytes).expect("the text alone"), r.text);
+        // Version 1 (no dedup flag after the fields) leads with the same fields.
+        let mut v1 = vec![FORMAT_VERSION];
+        v1.extend(postcard::to_stdvec(&stored.base).expect("postcard"));
+        assert_eq!(decode_record_text(&v1).expect("a version 1 text"), r.text);
         // A record cut short anywhere, or with its keywords' count raised, is an error, never
         // a panic or a shorter record.
         for cut in 0..bytes.len() {
@@ -628,6 +692,16 @@ mod tests {
                 "cut at {cut}"
             );
         }
+        // Its text alone: an error while the cut reaches into the text, never a panic.
+        let text_ends = bytes
+            .windows(r.text.len())
+            .position(|w| w == r.text.as_bytes())
+            .expect("the text's bytes")
+            + r.text.len();
+        for cut in 0..text_ends {
+            assert!(decode_record_text(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        assert!(decode_record_text(&[9, 0]).is_err(), "an unknown version");
         let count = bytes
             .windows(2)
             .position(|w| w == [3, 3])

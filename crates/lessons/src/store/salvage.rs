@@ -138,6 +138,16 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
         .lost
         .sort_by_cached_key(|id| RecordId::parse(id).map(|r| (r.scope, r.seq)));
 
+    // A write's insertion and eviction entries leave their text to their record
+    // (`codec::text_record`); they go to the new store whole, with the text of the record
+    // found, since the import that carries them stores what it is given.
+    for d in decisions.values_mut() {
+        if codec::text_record(d).is_some() {
+            if let Some(r) = d.ids.first().and_then(|id| found.get(id)) {
+                d.texts.push(r.text.clone());
+            }
+        }
+    }
     let dest = EmbeddedStore::open(to)?;
     let mut valid = Vec::with_capacity(found.len());
     for r in found.into_values() {

@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 
 use super::group::GroupCommit;
 use super::journal_merge::{Classes, Merged, Order, Ranks};
+use super::records::Records;
 use super::tx::{Growth, Tx};
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
 use crate::error::Result;
@@ -84,6 +85,43 @@ fn load_tallies(meta: &Keyspace, last_batch: u64) -> HashMap<ScopeKey, Tally> {
     }
 }
 
+/// Where an entry stored without its text finds it: its record, read from a snapshot taken
+/// after the entry was read. A record is written in the batch of the entries that name it and
+/// never removed, so any such snapshot holds it.
+struct Texts<'a> {
+    db: &'a Database,
+    records: &'a Records,
+    snapshot: Option<fjall::Snapshot>,
+}
+
+impl<'a> Texts<'a> {
+    fn new(db: &'a Database, records: &'a Records) -> Texts<'a> {
+        Texts {
+            db,
+            records,
+            snapshot: None,
+        }
+    }
+
+    /// Gives `d` its record's text, if it was stored without it. A record that is gone (a
+    /// salvaged store that lost it) leaves the entry without a text, and says so in the log.
+    fn restore(&mut self, d: &mut Decision) -> Result<()> {
+        let Some(seq) = codec::text_record(d) else {
+            return Ok(());
+        };
+        let snapshot = self.snapshot.get_or_insert_with(|| self.db.snapshot());
+        let retired = d.event == DecisionEvent::Evicted;
+        match self.records.text_at(snapshot, &d.scope_key, seq, retired)? {
+            Some(text) => d.texts.push(text),
+            None => log::warn!(
+                "[store] the journal entry of {} names a record the store does not hold; its text is lost",
+                d.ids.join(", ")
+            ),
+        }
+        Ok(())
+    }
+}
+
 /// How a scope is pruned this round.
 enum Prune {
     /// Not counted since open: scan it all, newest first.
@@ -139,21 +177,28 @@ impl DecisionJournal {
         }
     }
 
-    /// Adds `entries` to `batch` (the batch of the write they describe); the commit of the
-    /// batch must report the returned growth ([`grew`](Self::grew)).
+    /// Adds `entries` to `batch` whole, texts and all (an import's: their records may not be
+    /// in this store); the commit of the batch must report the returned growth
+    /// ([`grew`](Self::grew)).
     pub(super) fn add_to(
         &self,
         batch: &mut OwnedWriteBatch,
         entries: &[Decision],
     ) -> Result<Growth> {
+        self.put(batch, entries, codec::encode_decision)
+    }
+
+    /// Adds `entries` to `batch`, each stored as `encode` has it.
+    fn put(
+        &self,
+        batch: &mut OwnedWriteBatch,
+        entries: &[Decision],
+        encode: fn(&Decision) -> Result<Vec<u8>>,
+    ) -> Result<Growth> {
         let mut growth = Growth::default();
         for d in entries {
             let counter = self.counter.fetch_add(1, Ordering::Relaxed);
-            batch.insert(
-                &self.entries,
-                codec::decision_key(d, counter),
-                codec::encode_decision(d)?,
-            );
+            batch.insert(&self.entries, codec::decision_key(d, counter), encode(d)?);
             growth.add(Growth {
                 entries: 1,
                 oldest: d.time,
@@ -162,9 +207,11 @@ impl DecisionJournal {
         Ok(growth)
     }
 
-    /// `add_to` a transaction's batch, which its commit reports.
+    /// Adds a write's own `entries` to its transaction's batch, which its commit reports: an
+    /// entry whose text is its record's, written in the same batch or held retired, is stored
+    /// without it (`codec::encode_written_decision`), and a read finds it in the record.
     pub(super) fn add(&self, tx: &mut Tx, entries: &[Decision]) -> Result<()> {
-        let growth = self.add_to(tx.batch(), entries)?;
+        let growth = self.put(tx.batch(), entries, codec::encode_written_decision)?;
         tx.journaled(growth);
         Ok(())
     }
@@ -214,11 +261,12 @@ impl DecisionJournal {
     pub(super) fn read(
         &self,
         group: &GroupCommit,
+        records: &Records,
         scope: &ScopeKey,
         query: &DecisionQuery,
     ) -> Result<Vec<Decision>> {
         let mut out = Vec::new();
-        self.visit(group, scope, query, &mut |d| {
+        self.visit(group, records, scope, query, &mut |d| {
             out.push(d);
             true
         })?;
@@ -227,9 +275,11 @@ impl DecisionJournal {
 
     /// [`read`](Self::read)'s entries handed to `visit` one at a time, as they are read, until
     /// it answers `false` or `query.limit` were handed: nothing past that is read or decoded.
+    /// An entry stored without its text is handed with its record's (`records`).
     pub(super) fn visit(
         &self,
         group: &GroupCommit,
+        records: &Records,
         scope: &ScopeKey,
         query: &DecisionQuery,
         visit: &mut dyn FnMut(Decision) -> bool,
@@ -283,6 +333,7 @@ impl DecisionJournal {
         let entries = self
             .merged(snapshot.as_ref(), scope, classes, Order::NewestFirst, true)
             .take(if every { self.cap } else { usize::MAX });
+        let mut texts = Texts::new(&self.db, records);
         for entry in entries {
             let (k, v) = entry?;
             // Newest first: once past `since`, every later entry is older still.
@@ -295,8 +346,9 @@ impl DecisionJournal {
                     break;
                 }
             }
-            let d = codec::decode_decision_of(&v.unwrap_or_default(), scope)?;
+            let mut d = codec::decode_decision_of(&v.unwrap_or_default(), scope)?;
             if query.keeps(&d) {
+                texts.restore(&mut d)?;
                 handed += 1;
                 if !visit(d) || handed == query.limit {
                     break;
@@ -342,14 +394,22 @@ impl DecisionJournal {
     /// entries in the order it reads them) keeps their order. Each scope is read from a
     /// snapshot of its own: a snapshot keeps every memtable written after it in memory until it
     /// is dropped, and one scope's journal is bounded by the cap while the whole store's is not.
-    pub(super) fn export(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
+    pub(super) fn export(
+        &self,
+        records: &Records,
+        sink: &mut dyn FnMut(Decision) -> Result<()>,
+    ) -> Result<()> {
         let scopes = self.scopes(&self.db.snapshot())?;
         for scope in scopes {
             let snap = self.db.snapshot();
             let all = Classes::ALL;
+            // Whole: an export is imported into stores that may not hold the records.
+            let mut texts = Texts::new(&self.db, records);
             for entry in self.merged(Some(&snap), &scope, all, Order::OldestFirst, true) {
                 let (_, v) = entry?;
-                sink(codec::decode_decision_of(&v.unwrap_or_default(), &scope)?)?;
+                let mut d = codec::decode_decision_of(&v.unwrap_or_default(), &scope)?;
+                texts.restore(&mut d)?;
+                sink(d)?;
             }
         }
         Ok(())
@@ -552,15 +612,12 @@ mod tests {
 
     const NOW: i64 = 1_800_000_000_000;
 
-    fn journal(db: &Database) -> DecisionJournal {
-        let ks = |name: &str| {
-            db.keyspace(name, fjall::KeyspaceCreateOptions::default)
-                .expect("keyspace")
-        };
+    fn journal(records: &Records) -> DecisionJournal {
+        let ks = records.keyspaces();
         DecisionJournal::new(
-            db.clone(),
-            ks("decisions"),
-            ks("meta"),
+            records.db().clone(),
+            ks.decisions.clone(),
+            ks.meta.clone(),
             (90, 100),
             0,
             Arc::new(|| NOW),
@@ -570,13 +627,10 @@ mod tests {
     #[test]
     fn a_read_of_a_scope_nobody_wrote_since_open_has_the_pruner_count_it() {
         let dir = tempfile::tempdir().expect("dir");
-        let db = Database::builder(dir.path()).open().expect("db");
-        let meta = db
-            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
-            .expect("meta");
+        let records = Records::open(dir.path(), dir.path(), 1 << 20).expect("records");
         let group = GroupCommit::new(
-            db.clone(),
-            meta,
+            records.db().clone(),
+            records.keyspaces().meta.clone(),
             Vec::new(),
             dir.path().to_owned(),
             false,
@@ -593,9 +647,12 @@ mod tests {
                 Decision::new(NOW - 1_000 + i, &scope, event)
             })
             .collect();
-        assert_eq!(journal(&db).import(&group, &entries).expect("import"), 150);
+        assert_eq!(
+            journal(&records).import(&group, &entries).expect("import"),
+            150
+        );
         // As after an open whose tallies were not recorded: nobody has counted the scope.
-        let reopened = journal(&db);
+        let reopened = journal(&records);
         assert_eq!(reopened.uncounted(), 0);
         let query = DecisionQuery {
             since: 0,
@@ -603,12 +660,19 @@ mod tests {
             limit: 1_000,
             never_used: false,
         };
-        let before = reopened.read(&group, &scope, &query).expect("read");
+        let before = reopened
+            .read(&group, &records, &scope, &query)
+            .expect("read");
         // The newest 100 of the 150 are kept, a third of them restatements.
         assert_eq!(before.len(), 33, "{before:?}");
         assert_eq!(reopened.uncounted(), 1, "the read left the scope to count");
         reopened.prune(&group).expect("prune");
         assert_eq!(reopened.uncounted(), 0);
-        assert_eq!(reopened.read(&group, &scope, &query).expect("read"), before);
+        assert_eq!(
+            reopened
+                .read(&group, &records, &scope, &query)
+                .expect("read"),
+            before
+        );
     }
 }

@@ -226,7 +226,8 @@ impl MemoryStore for EmbeddedStore {
 
     fn decisions(&self, scope: &ScopeKey, query: &DecisionQuery) -> Result<Vec<Decision>> {
         validate_decision_query(query)?;
-        self.shared.journal.read(&self.shared.group, scope, query)
+        let s = &*self.shared;
+        s.journal.read(&s.group, &s.records, scope, query)
     }
 
     fn visit_decisions(
@@ -237,13 +238,12 @@ impl MemoryStore for EmbeddedStore {
         visit: &mut dyn FnMut(Decision) -> bool,
     ) -> Result<()> {
         validate_decision_query(query)?;
-        self.shared
-            .journal
-            .visit(&self.shared.group, scope, query, visit)
+        let s = &*self.shared;
+        s.journal.visit(&s.group, &s.records, scope, query, visit)
     }
 
     fn export_decisions(&self, sink: &mut dyn FnMut(Decision) -> Result<()>) -> Result<()> {
-        self.shared.journal.export(sink)
+        self.shared.journal.export(&self.shared.records, sink)
     }
 
     fn memory(&self) -> Option<MemoryUse> {

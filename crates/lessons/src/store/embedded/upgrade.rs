@@ -22,6 +22,9 @@ pub(super) struct Upgrade {
     /// Formats 1 to 4: decision-journal entries re-keyed with their class (the event, or the
     /// never-used eviction's own byte).
     decision_keys: bool,
+    /// Any older format: marked with the current one once the steps above are done. (Format 5
+    /// needs no step: its journal entries hold their texts, which every later build reads.)
+    mark: bool,
 }
 
 impl Upgrade {
@@ -33,12 +36,18 @@ impl Upgrade {
             Some([1]) => Upgrade {
                 dedup_keys: true,
                 decision_keys: true,
+                mark: true,
             },
             // Format 2 holds no usage entry: only its journal's keys change; format 4 keyed
             // never-used evictions as every eviction.
             Some([2..=4]) => Upgrade {
                 dedup_keys: false,
                 decision_keys: true,
+                mark: true,
+            },
+            Some([5]) => Upgrade {
+                mark: true,
+                ..Upgrade::default()
             },
             Some(v) => {
                 return Err(Error::format(format!(
@@ -53,7 +62,7 @@ impl Upgrade {
                 Upgrade::default()
             }
         };
-        if upgrade.dedup_keys || upgrade.decision_keys {
+        if upgrade.mark {
             log::info!(
                 "[store] upgrading {} to format {}",
                 dir.display(),
@@ -72,7 +81,7 @@ impl Upgrade {
             let moved = shared.journal.rekey(&shared.group)?;
             log::info!("[store] re-keyed {moved} decision-journal entries by their class");
         }
-        if self.dedup_keys || self.decision_keys {
+        if self.mark {
             // Last: an upgrade cut short is redone at the next open (each step is).
             shared.records.mark_format()?;
         }

@@ -99,6 +99,36 @@ impl Records {
         }
     }
 
+    /// The text of record `seq` of `scope`, active or retired, from `snapshot`: where a
+    /// decision-journal entry that left its text out finds it (`codec::text_record`). Nothing
+    /// but the record is read: a text does not depend on the record's use. `retired` says
+    /// where to look first (an eviction's record is retired for good).
+    pub(in crate::store::embedded) fn text_at(
+        &self,
+        snapshot: &fjall::Snapshot,
+        scope: &ScopeKey,
+        seq: u64,
+        retired: bool,
+    ) -> Result<Option<String>> {
+        let mut keys = [
+            (&self.ks.active, codec::active_key(scope, Kind::Fact, seq)),
+            (
+                &self.ks.active,
+                codec::active_key(scope, Kind::Summary, seq),
+            ),
+            (&self.ks.retired, codec::retired_key(scope, seq)),
+        ];
+        if retired {
+            keys.rotate_right(1);
+        }
+        for (ks, key) in keys {
+            if let Some(v) = snapshot.get(ks, key).map_err(st("reading a record"))? {
+                return codec::decode_record_text(&v).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     /// Every active record of `scope` (of one kind, or both), newest first within a kind, with
     /// its use: under the scope's write lock, or from `snapshot`.
     pub(in crate::store::embedded) fn active_of(
