@@ -8,6 +8,10 @@
 //! - 450 scopes × 10,000 entries (ten times the scopes);
 //! - 45 scopes × 100,000 entries (ten times the journal, `journalCap` 100,000).
 //!
+//! Then each scope takes 100 lessons the way runs write them, 25 writes of 4 at its cap, which
+//! evict 100 records never used: the newest entries are a write's own, stored without their
+//! texts, and the review reads the texts of the evictions it shows from their records.
+//!
 //! Each store is timed at rest: once built, the bench waits until nothing waits to flush, no
 //! compaction runs and the index has committed (`EmbeddedStore::upkeep`), as a store is between
 //! bursts of writes. A review during a compaction backlog costs more at every size (up to 2×
@@ -38,7 +42,8 @@ use lessons::model::Tally;
 use lessons::review::{review, Thresholds};
 use lessons::server::{AppState, Auth, Background};
 use lessons::{
-    ContextConfig, Decision, DecisionEvent, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions,
+    Candidate, ContextConfig, Decision, DecisionEvent, EmbeddedStore, MemoryStore, ScopeKey,
+    WriteOptions,
 };
 use support::{records, text, vocabulary, Rng, NOW};
 
@@ -129,6 +134,25 @@ fn build(dir: &std::path::Path, scopes: usize, journal: usize) -> EmbeddedStore 
             ..WriteOptions::default()
         };
         store.write(&scope, &[], &options).expect("counters");
+        for _ in 0..25 {
+            let facts: Vec<Candidate> = (0..4)
+                .map(|_| Candidate::fact(text(&mut rng, &words, 300), "slack:C1:1"))
+                .collect();
+            store
+                .write(&scope, &facts, &WriteOptions::default())
+                .expect("lessons");
+        }
+        let shown = lessons::DecisionQuery {
+            never_used: true,
+            events: vec![DecisionEvent::Evicted],
+            limit: 100,
+            ..lessons::DecisionQuery::default()
+        };
+        let evicted = store.decisions(&scope, &shown).expect("journal");
+        assert!(
+            evicted.len() == 100 && evicted.iter().all(|d| d.time == NOW && d.texts.len() == 1),
+            "the review's evictions are the writes' own, each read with its text"
+        );
     }
     store
 }
@@ -176,7 +200,14 @@ fn post_once(agent: &ureq::Agent, server: &Background, token: &str) -> Duration 
         .header("authorization", &format!("Bearer {token}"))
         .send(br#"{"days":7}"#.as_slice())
         .expect("answered");
-    let body = resp.body_mut().read_to_string().expect("body");
+    // The evictions shown carry their records' texts (some 300 characters each): at 450 scopes
+    // the body passes ureq's default limit of 10 MiB.
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_string()
+        .expect("body");
     assert_eq!(resp.status().as_u16(), 200, "{body}");
     started.elapsed()
 }
