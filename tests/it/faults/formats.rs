@@ -412,3 +412,53 @@ fn a_format_5_stores_journal_keeps_its_texts_and_the_store_is_marked_current() {
         "marked with the current format"
     );
 }
+
+#[test]
+fn an_export_of_a_long_journal_carries_each_entrys_text_from_its_record() {
+    // Over 2,000 entries, most of them naming records retired since.
+    let dir = StoreDir::new();
+    let app = scope("repo:acme/app");
+    let options = WriteOptions {
+        cap: Some(50),
+        ..WriteOptions::default()
+    };
+    let store = dir.open();
+    for w in 0..300 {
+        let facts: Vec<_> = (0..4)
+            .map(|c| {
+                fact(&format!(
+                    "lesson {w}-{c}: the schema check reads migration {c} first"
+                ))
+            })
+            .collect();
+        store.write(&app, &facts, &options).expect("write");
+    }
+    let mut exported = Vec::new();
+    store
+        .export_decisions(&mut |d| {
+            exported.push(d);
+            Ok(())
+        })
+        .expect("export");
+    assert_eq!(
+        exported.len(),
+        1_200 + 1_150,
+        "every insertion and eviction"
+    );
+    assert!(
+        exported.windows(2).all(|w| w[0].time <= w[1].time),
+        "oldest first"
+    );
+    for d in &exported {
+        let record = store
+            .get(&d.ids[0])
+            .expect("get")
+            .expect("the record is kept");
+        assert_eq!(d.texts, [record.text], "{d:?}");
+    }
+    let evicted = exported
+        .iter()
+        .filter(|d| d.event == lessons::DecisionEvent::Evicted)
+        .count();
+    assert_eq!(evicted, 1_150);
+}
