@@ -175,10 +175,17 @@ pub fn provenance(data: &[u8]) {
 /// A stored record's bytes (what the store and `doctor --salvage` read back from disk) and a
 /// record's JSON (what `import` and `RemoteStore` read): never a panic. A record that decodes
 /// encodes, and its bytes decode to a record with the same bytes (compared as bytes, so a
-/// stored NaN compares equal); a record's keywords read back from their JSON as they were.
+/// stored NaN compares equal); a record's keywords read back from their JSON as they were. Its
+/// text alone (what a journal entry's read takes) is the whole record's text.
 pub fn record(data: &[u8]) {
-    use crate::store::codec::{decode_record, encode_record};
+    use crate::store::codec::{decode_record, decode_record_text, encode_record};
+    let text = decode_record_text(data);
     if let Ok(r) = decode_record(data, None) {
+        assert_eq!(
+            text.as_deref().ok(),
+            Some(r.text.as_str()),
+            "a record's text read alone differs from its text"
+        );
         let seq = r.seq().unwrap_or(0);
         let once = encode_record(&r, seq).expect("a decoded record encodes");
         let again = decode_record(&once, None).expect("a record's own bytes decode");
