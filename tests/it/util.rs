@@ -79,6 +79,18 @@ pub fn exported(store: &dyn MemoryStore) -> Vec<Record> {
     out
 }
 
+/// Every decision-journal entry `store` exports, oldest first within each scope.
+pub fn exported_decisions(store: &dyn MemoryStore) -> Vec<lessons::Decision> {
+    let mut out = Vec::new();
+    store
+        .export_decisions(&mut |d| {
+            out.push(d);
+            Ok(())
+        })
+        .expect("export");
+    out
+}
+
 /// A file under `tests/data`.
 pub fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

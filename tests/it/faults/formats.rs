@@ -8,7 +8,7 @@ use lessons::Record;
 
 use super::{all_records, use_of};
 use crate::fixtures::store::StoreDir;
-use crate::util::{fact, scope};
+use crate::util::{exported_decisions, fact, scope};
 
 #[test]
 fn a_format_1_store_opens_and_is_upgraded_in_place() {
@@ -322,14 +322,7 @@ fn a_writes_insertions_and_evictions_are_stored_without_their_text_and_read_with
             store.write(&app, &[fact(t)], &options).expect("write");
         }
         let read = store.decisions(&app, &every_decision()).expect("journal");
-        let mut exported = Vec::new();
-        store
-            .export_decisions(&mut |d| {
-                exported.push(d);
-                Ok(())
-            })
-            .expect("export");
-        (read, exported)
+        (read, exported_decisions(store))
     });
     use lessons::DecisionEvent as E;
     let told: Vec<(E, &str, &str)> = read
@@ -433,13 +426,7 @@ fn an_export_of_a_long_journal_carries_each_entrys_text_from_its_record() {
             .collect();
         store.write(&app, &facts, &options).expect("write");
     }
-    let mut exported = Vec::new();
-    store
-        .export_decisions(&mut |d| {
-            exported.push(d);
-            Ok(())
-        })
-        .expect("export");
+    let exported = exported_decisions(&store);
     assert_eq!(
         exported.len(),
         1_200 + 1_150,
