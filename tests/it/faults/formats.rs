@@ -64,7 +64,7 @@ fn a_format_1_store_opens_and_is_upgraded_in_place() {
     drop(store);
     assert_eq!(
         stored_format(&dir),
-        Some(vec![6]),
+        Some(vec![7]),
         "the store says the current format"
     );
 }
@@ -123,7 +123,7 @@ fn a_format_3_store_opens_and_its_journal_is_keyed_by_class() {
     }
     assert_eq!(
         stored_format(&dir),
-        Some(vec![6]),
+        Some(vec![7]),
         "the store says the current format"
     );
     // Reopened as the current format, the journal reads the same.
@@ -196,7 +196,7 @@ fn a_format_4_store_opens_and_its_never_used_evictions_get_a_key_of_their_own() 
     };
     assert_eq!(
         stored_format(&dir),
-        Some(vec![6]),
+        Some(vec![7]),
         "the store says the current format"
     );
     let store = open_fixture(dir.path()).expect("reopens");
@@ -247,7 +247,7 @@ fn a_format_2_store_opens_and_its_use_is_recorded_apart_from_its_records() {
     assert!(used_since >= used_first);
     assert_eq!(
         stored_format(&dir),
-        Some(vec![6]),
+        Some(vec![7]),
         "the store says the current format"
     );
     assert_eq!(
@@ -342,15 +342,11 @@ fn a_writes_insertions_and_evictions_are_stored_without_their_text_and_read_with
     assert!(read.iter().all(|d| d.texts.len() == 1), "{read:?}");
     exported.reverse();
     assert_eq!(exported, read, "an export carries the texts too");
-    // On disk, none of the four entries holds a text: each is its record's.
+    // On disk, none of the four entries holds a text: each is its record's, and says so.
     let stored = {
-        let raw = dir.raw();
-        let journal = raw
-            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
-            .expect("decisions");
         let mut stored = 0;
-        for entry in journal.iter() {
-            let value = entry.value().expect("read");
+        for (_, value) in journal_values(&dir) {
+            assert_eq!(value[0], 2, "marked as leaving its text to its record");
             for t in texts {
                 assert!(
                     !value.windows(t.len()).any(|w| w == t.as_bytes()),
@@ -362,7 +358,73 @@ fn a_writes_insertions_and_evictions_are_stored_without_their_text_and_read_with
         stored
     };
     assert_eq!(stored, 4);
-    assert_eq!(stored_format(&dir), Some(vec![6]));
+    assert_eq!(stored_format(&dir), Some(vec![7]));
+}
+
+/// Every stored decision-journal entry of a closed store, as (key, value), read with fjall.
+fn journal_values(dir: &StoreDir) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let raw = dir.raw();
+    let journal = raw
+        .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+        .expect("decisions");
+    journal
+        .iter()
+        .map(|g| {
+            let (k, v) = g.into_inner().expect("read");
+            (k.to_vec(), v.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn a_format_6_stores_unmarked_entries_are_marked_and_read_with_their_records_texts() {
+    // Format 6 told an entry that left its text to its record by its shape alone.
+    let dir = StoreDir::new();
+    let app = scope("repo:acme/app");
+    let options = WriteOptions {
+        cap: Some(2),
+        ..WriteOptions::default()
+    };
+    let before = dir.closed(|store| {
+        for t in [
+            "run npm ci first",
+            "the schema check reads migrations in order",
+            "use pnpm",
+        ] {
+            store.write(&app, &[fact(t)], &options).expect("write");
+        }
+        store.decisions(&app, &every_decision()).expect("journal")
+    });
+    assert_eq!(before.len(), 4, "three insertions and one eviction");
+    // As format 6 stored them: the same bytes under version byte 1.
+    {
+        let raw = dir.raw();
+        let journal = raw
+            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+            .expect("decisions");
+        let stored: Vec<_> = journal
+            .iter()
+            .map(|g| g.into_inner().expect("read"))
+            .collect();
+        for (k, v) in stored {
+            let mut unmarked = v.to_vec();
+            unmarked[0] = 1;
+            journal.insert(k, unmarked).expect("unmark");
+        }
+        let meta = raw
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        meta.insert("format", [6]).expect("mark format 6");
+        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    let after = dir.closed(|store| {
+        assert!(store.check().expect("doctor").is_ok());
+        store.decisions(&app, &every_decision()).expect("journal")
+    });
+    assert_eq!(after, before, "each entry reads with its record's text");
+    let marks: Vec<u8> = journal_values(&dir).iter().map(|(_, v)| v[0]).collect();
+    assert_eq!(marks, [2, 2, 2, 2], "marked again");
+    assert_eq!(stored_format(&dir), Some(vec![7]));
 }
 
 #[test]
@@ -401,7 +463,7 @@ fn a_format_5_stores_journal_keeps_its_texts_and_the_store_is_marked_current() {
     assert_eq!(read, [inserted], "the entry reads as it was stored");
     assert_eq!(
         stored_format(&dir),
-        Some(vec![6]),
+        Some(vec![7]),
         "marked with the current format"
     );
 }

@@ -5,6 +5,7 @@
 mod cut;
 mod formats;
 mod journal;
+mod journal_texts;
 mod open;
 mod salvage;
 

@@ -229,6 +229,16 @@ fn damage_to_the_decision_journal_is_found_by_doctor_and_refuses_writes() {
 
 #[test]
 fn a_salvaged_journal_keeps_the_texts_its_entries_left_to_their_records() {
+    salvaged_journal_keeps_its_texts(false);
+}
+
+#[test]
+fn a_salvaged_format_6_journal_keeps_the_texts_its_unmarked_entries_left_to_their_records() {
+    // Format 6 did not mark such an entry: salvage, which reads any format, tells it by shape.
+    salvaged_journal_keeps_its_texts(true);
+}
+
+fn salvaged_journal_keeps_its_texts(as_format_6: bool) {
     let dir = StoreDir::new();
     let s = scope("repo:acme/app");
     let options = WriteOptions {
@@ -252,6 +262,23 @@ fn a_salvaged_journal_keeps_the_texts_its_entries_left_to_their_records() {
         "five insertions and two evictions: {before:?}"
     );
     assert!(before.iter().all(|d| d.texts.len() == 1), "{before:?}");
+    if as_format_6 {
+        let raw = dir.raw();
+        let journal = raw
+            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+            .expect("decisions");
+        let stored: Vec<_> = journal
+            .iter()
+            .map(|g| g.into_inner().expect("read"))
+            .collect();
+        for (k, v) in stored {
+            assert_eq!(v[0], 2, "a write's entries are marked");
+            let mut unmarked = v.to_vec();
+            unmarked[0] = 1;
+            journal.insert(k, unmarked).expect("unmark");
+        }
+        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
     let (to, report) = dir.salvage("salvaged");
     assert_eq!(report.decisions, 7, "{report:?}");
     let store = EmbeddedStore::open(&to).expect("the salvaged store opens");

@@ -36,9 +36,11 @@ use crate::model::{Kind, Record, ScopeKey, Status};
 /// decision-journal entry by its event after its scope, so the entries of one event are one
 /// prefix; version 5 gives the eviction of a record never used a class byte of its own, so
 /// those are one prefix too; version 6 stores a write's insertion and eviction entries without
-/// their text, which is their record's (`text_in_record`). An older store is upgraded in place
-/// at open (see `embedded::upgrade`); a build that knows an older version refuses a newer one.
-pub const STORE_FORMAT: u8 = 6;
+/// their text, which is their record's (`text_in_record`); version 7 marks such an entry with a
+/// version byte of its own (`DECISION_TEXT_IN_RECORD`), where 6 told it by its shape alone. An
+/// older store is upgraded in place at open (see `embedded::upgrade`); a build that knows an
+/// older version refuses a newer one.
+pub const STORE_FORMAT: u8 = 7;
 
 /// The `meta` key holding the number of the last batch committed (8 bytes, big-endian).
 pub const LAST_BATCH: &str = "last batch";
@@ -58,6 +60,11 @@ pub struct JournalTallies {
 
 /// The version byte in front of every value but a record.
 pub const FORMAT_VERSION: u8 = 1;
+/// The version byte in front of a decision-journal entry that left its text to its record
+/// (`encode_written_decision`); its body is a version 1 entry's. The mark is explicit because
+/// an entry's shape cannot say where its text is: an insertion imported without a text names
+/// an id that this store may hold as another record.
+pub const DECISION_TEXT_IN_RECORD: u8 = 2;
 /// The version byte in front of a record written by this build (version 1 records, without
 /// `dedup_key`, still read).
 pub const RECORD_VERSION: u8 = 2;
@@ -358,45 +365,89 @@ pub fn encode_decision(d: &crate::decisions::Decision) -> Result<Vec<u8>> {
 }
 
 /// Whether a write's entry `d` leaves its text to its record: an insertion or an eviction
-/// names one record and holds that record's text. The write that makes the entry writes the
-/// record in the same batch (inserted active, or retired), a record's text never changes, and a
-/// retired record is never removed; so the record holds the text for as long as the entry
-/// lives. At a scope's cap a write journals four insertions and four evictions, whose texts
-/// were a quarter of its batch's bytes.
+/// names one record of its own scope and holds that record's text. The write that makes the
+/// entry writes the record in the same batch (inserted active, or retired), a record's text
+/// never changes, and a retired record is never removed; so the record holds the text for as
+/// long as the entry lives. At a scope's cap a write journals four insertions and four
+/// evictions, whose texts were a quarter of its batch's bytes.
 fn text_in_record(d: &Decision) -> bool {
     matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted)
-        && d.ids.len() == 1
         && d.texts.len() == 1
+        && named_record(d).is_some()
 }
 
-/// A write's journal entry as stored: without its text when its record holds it
-/// (`text_in_record`). Only a write's own entries may be stored so: an imported entry's record
-/// may not be in this store.
-pub fn encode_written_decision(d: &Decision) -> Result<Vec<u8>> {
-    encode(&crate::decisions::DecisionDisk::of(d, !text_in_record(d)))
-}
-
-/// The record whose text a stored entry left out (see `encode_written_decision`): its
-/// sequence number in the entry's scope. `None` for an entry that holds its texts.
-pub fn text_record(d: &Decision) -> Option<u64> {
-    let ([id], true) = (
-        d.ids.as_slice(),
-        matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted) && d.texts.is_empty(),
-    ) else {
+/// The record `d` names, if it names one of its own scope: its sequence number.
+fn named_record(d: &Decision) -> Option<u64> {
+    let [id] = d.ids.as_slice() else {
         return None;
     };
     let id = crate::model::RecordId::parse(id)?;
     (id.scope == d.scope_key).then_some(id.seq)
 }
 
+/// A write's journal entry as stored: without its text, marked `DECISION_TEXT_IN_RECORD`,
+/// when its record holds it (`text_in_record`). Only a write's own entries may be stored so:
+/// an imported entry's record may not be in this store.
+pub fn encode_written_decision(d: &Decision) -> Result<Vec<u8>> {
+    if !text_in_record(d) {
+        return encode_decision(d);
+    }
+    let out = encode(&crate::decisions::DecisionDisk::of(d, false))?;
+    Ok(mark_text_in_record(&out))
+}
+
+/// The record whose text the stored entry `d` (decoded from `stored`) left out: its sequence
+/// number in the entry's scope. `None` for an entry stored whole, with a text or without.
+pub fn text_record(stored: &[u8], d: &Decision) -> Option<u64> {
+    if stored.first() != Some(&DECISION_TEXT_IN_RECORD) || !d.texts.is_empty() {
+        return None;
+    }
+    named_record(d)
+}
+
+/// The record whose text an entry written by a format 6 store left out, told by its shape (that
+/// format had no mark): an insertion or an eviction naming one record of its scope, without a
+/// text. An entry imported into such a store without a text has the same shape: the format 7
+/// mark is what tells them apart.
+pub fn format6_text_record(stored: &[u8], d: &Decision) -> Option<u64> {
+    let unmarked = stored.first() == Some(&FORMAT_VERSION);
+    let shape = matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted);
+    if !unmarked || !shape || !d.texts.is_empty() {
+        return None;
+    }
+    named_record(d)
+}
+
+/// `stored`, a version 1 entry, marked as one whose text is its record's.
+pub fn mark_text_in_record(stored: &[u8]) -> Vec<u8> {
+    let mut out = stored.to_vec();
+    if let Some(v) = out.first_mut() {
+        *v = DECISION_TEXT_IN_RECORD;
+    }
+    out
+}
+
+/// A stored journal entry's body: a version 1 entry's, whether it left its text to its record
+/// (`DECISION_TEXT_IN_RECORD`) or not.
+fn decode_entry<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T> {
+    match bytes.split_first() {
+        Some((&(FORMAT_VERSION | DECISION_TEXT_IN_RECORD), body)) => postcard::from_bytes(body)
+            .map_err(|e| Error::format(format!("a journal entry does not decode: {e}"))),
+        Some((v, _)) => Err(Error::format(format!(
+            "a journal entry has format version {v}; this build reads versions \
+             {FORMAT_VERSION} and {DECISION_TEXT_IN_RECORD} (upgrade lessons)"
+        ))),
+        None => Err(Error::format("a journal entry is empty")),
+    }
+}
+
 pub fn decode_decision(bytes: &[u8]) -> Result<crate::decisions::Decision> {
-    decode::<crate::decisions::DecisionDisk>(bytes, "a journal entry")?.into_decision()
+    decode_entry::<crate::decisions::DecisionDisk>(bytes)?.into_decision()
 }
 
 /// A journal entry read under `scope`'s prefix, which must be its scope.
 pub fn decode_decision_of(bytes: &[u8], scope: &ScopeKey) -> Result<crate::decisions::Decision> {
-    decode::<crate::decisions::DecisionDisk<&str>>(bytes, "a journal entry")?
-        .into_decision_of(scope)
+    decode_entry::<crate::decisions::DecisionDisk<&str>>(bytes)?.into_decision_of(scope)
 }
 
 pub fn counters_from(day: i64) -> [u8; 8] {
@@ -743,6 +794,47 @@ mod tests {
         assert!(e.to_string().contains("format version 9"), "{e}");
         assert!(decode::<ScopeMeta>(&[], "meta").is_err());
         assert!(decode_record(&[FORMAT_VERSION, 0xff, 0xff], None).is_err());
+    }
+
+    #[test]
+    fn a_written_entry_is_marked_as_leaving_its_text_and_an_imported_one_is_not() {
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        let mut d = Decision::new(1_000, &scope, DecisionEvent::Inserted);
+        d.ids.push(scope.record_id(4));
+        d.texts.push("run npm ci first".to_owned());
+        let written = encode_written_decision(&d).expect("encodes");
+        assert_eq!(written[0], DECISION_TEXT_IN_RECORD);
+        let read = decode_decision(&written).expect("decodes");
+        assert!(read.texts.is_empty());
+        assert_eq!(text_record(&written, &read), Some(4));
+        let of_scope = decode_decision_of(&written, &scope).expect("decodes");
+        assert_eq!(of_scope, read);
+        // Stored whole without a text (an import's): its own, whatever record bears its id.
+        d.texts.clear();
+        let whole = encode_decision(&d).expect("encodes");
+        assert_eq!(whole[0], FORMAT_VERSION);
+        let read = decode_decision(&whole).expect("decodes");
+        assert_eq!(text_record(&whole, &read), None);
+        // ...which format 6 wrote for a write's own entry, unmarked.
+        assert_eq!(format6_text_record(&whole, &read), Some(4));
+        assert_eq!(mark_text_in_record(&whole), written);
+        // A write's entry naming another scope's record, or none, or a rejection, holds its text.
+        let other = ScopeKey::parse("repo:acme/web").expect("scope");
+        for (event, id) in [
+            (DecisionEvent::Inserted, other.record_id(4)),
+            (DecisionEvent::Rejected, scope.record_id(4)),
+        ] {
+            let mut d = Decision::new(1_000, &scope, event);
+            d.ids.push(id);
+            d.texts.push("a text".to_owned());
+            let stored = encode_written_decision(&d).expect("encodes");
+            assert_eq!(stored[0], FORMAT_VERSION, "{event:?}");
+            assert_eq!(decode_decision(&stored).expect("decodes"), d);
+        }
+        let mut future = written;
+        future[0] = 3;
+        let e = decode_decision(&future).expect_err("version 3");
+        assert!(e.to_string().contains("format version 3"), "{e}");
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     let from_journal = read_journals(&records, &work_records, &mut report)?;
 
     let mut found: BTreeMap<String, Record> = BTreeMap::new();
-    let mut decisions: BTreeMap<Vec<u8>, Decision> = BTreeMap::new();
+    let mut decisions: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
     let mut uses: BTreeMap<String, codec::Usage> = BTreeMap::new();
     if let Err(e) = read_copy(
         &work_records,
@@ -125,7 +125,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
 
     // The ids the store acknowledged: what its index and its decision journal name.
     let mut known: BTreeSet<String> = indexed_ids(&from.join("index"), &work.join("index"));
-    for d in decisions.values() {
+    for (d, _) in decisions.values() {
         known.extend(d.ids.iter().cloned());
     }
     known.extend(witnessed_tail(&witness, &found));
@@ -141,8 +141,8 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     // A write's insertion and eviction entries leave their text to their record
     // (`codec::text_record`); they go to the new store whole, with the text of the record
     // found, since the import that carries them stores what it is given.
-    for d in decisions.values_mut() {
-        if codec::text_record(d).is_some() {
+    for (d, in_record) in decisions.values_mut() {
+        if *in_record {
             if let Some(r) = d.ids.first().and_then(|id| found.get(id)) {
                 d.texts.push(r.text.clone());
             }
@@ -170,7 +170,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     for (scope, next) in &reserve {
         dest.reserve_ids(scope, *next)?;
     }
-    let entries: Vec<Decision> = decisions.into_values().collect();
+    let entries: Vec<Decision> = decisions.into_values().map(|(d, _)| d).collect();
     for chunk in entries.chunks(1000) {
         report.decisions += dest.import_decisions(chunk)?;
     }
@@ -252,16 +252,32 @@ fn witnessed_tail(witnessed: &NextIds, found: &BTreeMap<String, Record>) -> Vec<
     tail
 }
 
+/// A decision-journal entry found, and whether it left its text to its record.
+type Entry = (Decision, bool);
+
+/// A stored journal entry as salvage reads it. Its text is its record's when it is marked so
+/// (format 7) or has the shape format 6 wrote unmarked: salvage reads a store of any format,
+/// whose format it may not be able to read. (An entry imported into a format 7 store without a
+/// text has that shape too, and is given its record's text if one was found: only there does
+/// salvage read the journal differently from the store.)
+fn salvaged_entry(value: &[u8]) -> Option<Entry> {
+    let d = codec::decode_decision(value).ok()?;
+    let in_record = codec::text_record(value, &d)
+        .or_else(|| codec::format6_text_record(value, &d))
+        .is_some();
+    Some((d, in_record))
+}
+
 /// A journal item that is a decision-journal entry: its key is scope, NUL, the event or its
 /// class (format 4 on; none before), the inverted time and counter, and its value decodes as an
 /// entry of that scope, event and time.
-fn as_decision(key: &[u8], value: &[u8]) -> Option<Decision> {
+fn as_decision(key: &[u8], value: &[u8]) -> Option<Entry> {
     let scope = codec::scope_bytes(key)?;
-    let d = codec::decode_decision(value).ok()?;
+    let (d, in_record) = salvaged_entry(value)?;
     (codec::is_decision_key_of(key, &d)
         && d.scope_key.as_str().as_bytes() == scope
         && codec::decision_time(key) == Some(d.time))
-    .then_some(d)
+    .then_some((d, in_record))
 }
 
 /// The ids in the store's keyword index, read from a copy (opening an index writes to it).
@@ -279,7 +295,7 @@ fn indexed_ids(index: &Path, work: &Path) -> BTreeSet<String> {
 fn read_copy(
     records: &Path,
     found: &mut BTreeMap<String, Record>,
-    decisions: &mut BTreeMap<Vec<u8>, Decision>,
+    decisions: &mut BTreeMap<Vec<u8>, Entry>,
     uses: &mut BTreeMap<String, codec::Usage>,
     report: &mut SalvageReport,
     witness: &NextIds,
@@ -349,11 +365,11 @@ fn read_copy(
     let mut failures = 0;
     for g in ks.iter() {
         match g.into_inner() {
-            Ok((k, v)) => match codec::decode_decision(&v) {
-                Ok(d) => {
-                    decisions.insert(k.to_vec(), d);
+            Ok((k, v)) => match salvaged_entry(&v) {
+                Some(entry) => {
+                    decisions.insert(k.to_vec(), entry);
                 }
-                Err(_) => report.unreadable += 1,
+                None => report.unreadable += 1,
             },
             Err(_) => {
                 report.unreadable += 1;

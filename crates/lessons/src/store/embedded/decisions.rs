@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 
 use super::group::GroupCommit;
 use super::journal_merge::{Classes, Merged, Order, Ranks};
+use super::journal_texts::{self, Texts};
 use super::records::Records;
 use super::tx::{Growth, Tx};
 use crate::decisions::{Decision, DecisionEvent, DecisionQuery};
@@ -82,43 +83,6 @@ fn load_tallies(meta: &Keyspace, last_batch: u64) -> HashMap<ScopeKey, Tally> {
             log::warn!("[store] {e}; each scope's decision journal is counted again");
             Default::default()
         }
-    }
-}
-
-/// Where an entry stored without its text finds it: its record, read from a snapshot taken
-/// after the entry was read. A record is written in the batch of the entries that name it and
-/// never removed, so any such snapshot holds it.
-struct Texts<'a> {
-    db: &'a Database,
-    records: &'a Records,
-    snapshot: Option<fjall::Snapshot>,
-}
-
-impl<'a> Texts<'a> {
-    fn new(db: &'a Database, records: &'a Records) -> Texts<'a> {
-        Texts {
-            db,
-            records,
-            snapshot: None,
-        }
-    }
-
-    /// Gives `d` its record's text, if it was stored without it. A record that is gone (a
-    /// salvaged store that lost it) leaves the entry without a text, and says so in the log.
-    fn restore(&mut self, d: &mut Decision) -> Result<()> {
-        let Some(seq) = codec::text_record(d) else {
-            return Ok(());
-        };
-        let snapshot = self.snapshot.get_or_insert_with(|| self.db.snapshot());
-        let retired = d.event == DecisionEvent::Evicted;
-        match self.records.text_at(snapshot, &d.scope_key, seq, retired)? {
-            Some(text) => d.texts.push(text),
-            None => log::warn!(
-                "[store] the journal entry of {} names a record the store does not hold; its text is lost",
-                d.ids.join(", ")
-            ),
-        }
-        Ok(())
     }
 }
 
@@ -346,9 +310,10 @@ impl DecisionJournal {
                     break;
                 }
             }
-            let mut d = codec::decode_decision_of(&v.unwrap_or_default(), scope)?;
+            let v = v.unwrap_or_default();
+            let mut d = codec::decode_decision_of(&v, scope)?;
             if query.keeps(&d) {
-                texts.restore(&mut d)?;
+                texts.restore(&v, &mut d)?;
                 handed += 1;
                 if !visit(d) || handed == query.limit {
                     break;
@@ -407,8 +372,9 @@ impl DecisionJournal {
             let mut texts = Texts::new(&self.db, records);
             for entry in self.merged(Some(&snap), &scope, all, Order::OldestFirst, true) {
                 let (_, v) = entry?;
-                let mut d = codec::decode_decision_of(&v.unwrap_or_default(), &scope)?;
-                texts.restore(&mut d)?;
+                let v = v.unwrap_or_default();
+                let mut d = codec::decode_decision_of(&v, &scope)?;
+                texts.restore(&v, &mut d)?;
                 sink(d)?;
             }
         }
@@ -488,6 +454,22 @@ impl DecisionJournal {
         }
         group.append_durably(batch, "re-keying the decision journal")?;
         Ok(moved)
+    }
+
+    /// Marks the entries a format 6 store wrote without their text (`journal_texts`).
+    pub(super) fn mark_format6(&self, group: &GroupCommit) -> Result<u64> {
+        journal_texts::mark_format6(&self.db, &self.entries, group)
+    }
+
+    /// The entries that left their text to a record the store does not hold.
+    pub(super) fn orphaned(&self, records: &Records) -> Result<Vec<Decision>> {
+        let found = journal_texts::orphaned(&self.db, &self.entries, records)?;
+        Ok(found.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// Stores the entries `orphaned` finds whole, without a text; returns how many.
+    pub(super) fn repair_orphaned(&self, records: &Records, group: &GroupCommit) -> Result<u64> {
+        journal_texts::repair_orphaned(&self.db, &self.entries, records, group)
     }
 
     /// Drops entries older than `days` and beyond `cap` per scope, for the scopes due (see

@@ -1,5 +1,6 @@
 //! `doctor`: does the index hold exactly the active records, do the bookkeeping and the dedup
-//! keys agree with the records; and `--repair`, which rewrites them from the records.
+//! keys agree with the records, does every journal entry that left its text to a record name one
+//! the store holds; and `--repair`, which rewrites them from the records.
 
 use std::collections::HashMap;
 
@@ -167,6 +168,16 @@ pub(super) fn check(s: &Shared) -> Result<Health> {
                     scope.record_id(seq)
                 ),
             },
+        );
+    }
+    for d in s.journal.orphaned(&s.records)? {
+        push_first(
+            &mut health.problems,
+            format!(
+                "the journal's {} entry of {} names a record the store does not hold: its text is lost",
+                d.event.as_str(),
+                d.ids.join(", ")
+            ),
         );
     }
     Ok(health)

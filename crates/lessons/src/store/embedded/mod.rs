@@ -28,6 +28,7 @@ mod group;
 mod indexer;
 mod journal_entries;
 mod journal_merge;
+mod journal_texts;
 mod lru;
 mod ops;
 mod order;
@@ -197,8 +198,9 @@ impl EmbeddedStore {
         doctor::check(&self.shared)
     }
 
-    /// Rewrites the scopes' bookkeeping and dedup keys from the records, then rebuilds the
-    /// keyword index from them. A store that lost acknowledged writes (its journal was cut)
+    /// Rewrites the scopes' bookkeeping and dedup keys from the records, stores whole (without
+    /// a text) each journal entry whose record is gone, then rebuilds the keyword index from
+    /// the records. A store that lost acknowledged writes (its journal was cut)
     /// accepts the loss: each scope's next id moves past every id the index knew, so none is
     /// handed out again. Data that does not read is refused: only a salvage reads around it.
     pub fn repair(&self) -> Result<Health> {
@@ -206,6 +208,7 @@ impl EmbeddedStore {
         s.uses.drained();
         doctor::accept_loss(s)?;
         doctor::repair_bookkeeping(s)?;
+        s.journal.repair_orphaned(&s.records, &s.group)?;
         indexer::rebuild(s)?;
         s.queue.restored();
         doctor::check(s)

@@ -22,6 +22,9 @@ pub(super) struct Upgrade {
     /// Formats 1 to 4: decision-journal entries re-keyed with their class (the event, or the
     /// never-used eviction's own byte).
     decision_keys: bool,
+    /// Format 6: its write's entries that left their text to their record, marked as such
+    /// (that format told them by their shape; formats 1 to 5 stored every entry whole).
+    decision_texts: bool,
     /// Any older format: marked with the current one once the steps above are done. (Format 5
     /// needs no step: its journal entries hold their texts, which every later build reads.)
     mark: bool,
@@ -37,15 +40,21 @@ impl Upgrade {
                 dedup_keys: true,
                 decision_keys: true,
                 mark: true,
+                ..Upgrade::default()
             },
             // Format 2 holds no usage entry: only its journal's keys change; format 4 keyed
             // never-used evictions as every eviction.
             Some([2..=4]) => Upgrade {
-                dedup_keys: false,
                 decision_keys: true,
                 mark: true,
+                ..Upgrade::default()
             },
             Some([5]) => Upgrade {
+                mark: true,
+                ..Upgrade::default()
+            },
+            Some([6]) => Upgrade {
+                decision_texts: true,
                 mark: true,
                 ..Upgrade::default()
             },
@@ -80,6 +89,12 @@ impl Upgrade {
         if self.decision_keys {
             let moved = shared.journal.rekey(&shared.group)?;
             log::info!("[store] re-keyed {moved} decision-journal entries by their class");
+        }
+        if self.decision_texts {
+            let marked = shared.journal.mark_format6(&shared.group)?;
+            log::info!(
+                "[store] marked {marked} decision-journal entries whose text is their record's"
+            );
         }
         if self.mark {
             // Last: an upgrade cut short is redone at the next open (each step is).
