@@ -6,7 +6,7 @@ use std::path::Path;
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
 use lessons::Record;
 
-use super::{all_records, use_of};
+use super::{all_records, three_writes_at_cap_two, unmark_journal, use_of};
 use crate::fixtures::store::StoreDir;
 use crate::util::{exported_decisions, fact, scope};
 
@@ -381,36 +381,12 @@ fn a_format_6_stores_unmarked_entries_are_marked_and_read_with_their_records_tex
     // Format 6 told an entry that left its text to its record by its shape alone.
     let dir = StoreDir::new();
     let app = scope("repo:acme/app");
-    let options = WriteOptions {
-        cap: Some(2),
-        ..WriteOptions::default()
-    };
-    let before = dir.closed(|store| {
-        for t in [
-            "run npm ci first",
-            "the schema check reads migrations in order",
-            "use pnpm",
-        ] {
-            store.write(&app, &[fact(t)], &options).expect("write");
-        }
-        store.decisions(&app, &every_decision()).expect("journal")
-    });
+    let before = three_writes_at_cap_two(&dir, &app);
     assert_eq!(before.len(), 4, "three insertions and one eviction");
     // As format 6 stored them: the same bytes under version byte 1.
     {
         let raw = dir.raw();
-        let journal = raw
-            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
-            .expect("decisions");
-        let stored: Vec<_> = journal
-            .iter()
-            .map(|g| g.into_inner().expect("read"))
-            .collect();
-        for (k, v) in stored {
-            let mut unmarked = v.to_vec();
-            unmarked[0] = 1;
-            journal.insert(k, unmarked).expect("unmark");
-        }
+        unmark_journal(&raw);
         let meta = raw
             .keyspace("meta", fjall::KeyspaceCreateOptions::default)
             .expect("meta");

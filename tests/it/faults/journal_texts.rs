@@ -6,6 +6,7 @@
 use lessons::store::{MemoryStore, WriteOptions};
 use lessons::{Decision, DecisionEvent, DecisionQuery};
 
+use super::three_writes_at_cap_two;
 use crate::fixtures::store::StoreDir;
 use crate::util::{exported_decisions, fact, scope};
 
@@ -63,20 +64,7 @@ fn an_entry_imported_without_a_text_is_never_given_another_records_text() {
 fn doctor_finds_an_entry_whose_record_is_lost_and_repair_stores_it_whole() {
     let dir = StoreDir::new();
     let app = scope("repo:acme/app");
-    let options = WriteOptions {
-        cap: Some(2),
-        ..WriteOptions::default()
-    };
-    let before = dir.closed(|store| {
-        for t in [
-            "run npm ci first",
-            "the schema check reads migrations in order",
-            "use pnpm",
-        ] {
-            store.write(&app, &[fact(t)], &options).expect("write");
-        }
-        store.decisions(&app, &every_decision()).expect("journal")
-    });
+    let before = three_writes_at_cap_two(&dir, &app);
     // Record 0, evicted by the third write, is lost: only damage removes a retired record.
     {
         let raw = dir.raw();

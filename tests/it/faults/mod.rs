@@ -10,9 +10,51 @@ mod open;
 mod salvage;
 
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
-use lessons::{Candidate, Record, ScopeKey};
+use lessons::{Candidate, Decision, DecisionQuery, Record, ScopeKey};
 
+use crate::fixtures::store::StoreDir;
 use crate::util::{exported, fact};
+
+/// Three lessons written one by one into `s` at a cap of two, in the closed store at `dir`:
+/// three insertions and the eviction of the first. Returns the journal, every event.
+pub(super) fn three_writes_at_cap_two(dir: &StoreDir, s: &ScopeKey) -> Vec<Decision> {
+    let options = WriteOptions {
+        cap: Some(2),
+        ..WriteOptions::default()
+    };
+    dir.closed(|store| {
+        for t in [
+            "run npm ci first",
+            "the schema check reads migrations in order",
+            "use pnpm",
+        ] {
+            store.write(s, &[fact(t)], &options).expect("write");
+        }
+        store
+            .decisions(s, &DecisionQuery::default())
+            .expect("journal")
+    })
+}
+
+/// Rewrites every journal entry of the closed store `raw` as format 6 stored it: under version
+/// byte 1, which that format wrote whether or not an entry left its text to its record. Every
+/// entry must be a write's insertion or eviction, marked as leaving its text.
+pub(super) fn unmark_journal(raw: &fjall::Database) {
+    let journal = raw
+        .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+        .expect("decisions");
+    let stored: Vec<_> = journal
+        .iter()
+        .map(|g| g.into_inner().expect("read"))
+        .collect();
+    for (k, v) in stored {
+        assert_eq!(v[0], 2, "a write's entries are marked");
+        let mut unmarked = v.to_vec();
+        unmarked[0] = 1;
+        journal.insert(k, unmarked).expect("unmark");
+    }
+    raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+}
 
 /// Writes `n` facts to `s`, one write each (one journal batch each).
 pub(super) fn write_facts(store: &EmbeddedStore, s: &ScopeKey, from: usize, n: usize) {

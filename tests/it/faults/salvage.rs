@@ -6,7 +6,7 @@ use std::path::Path;
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
 use lessons::{ErrorKind, ScopeKey};
 
-use super::{all_records, next_id_in, use_of, write_batches, write_facts};
+use super::{all_records, next_id_in, unmark_journal, use_of, write_batches, write_facts};
 use crate::fixtures::store::StoreDir;
 use crate::util::{fact, scope};
 
@@ -263,21 +263,7 @@ fn salvaged_journal_keeps_its_texts(as_format_6: bool) {
     );
     assert!(before.iter().all(|d| d.texts.len() == 1), "{before:?}");
     if as_format_6 {
-        let raw = dir.raw();
-        let journal = raw
-            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
-            .expect("decisions");
-        let stored: Vec<_> = journal
-            .iter()
-            .map(|g| g.into_inner().expect("read"))
-            .collect();
-        for (k, v) in stored {
-            assert_eq!(v[0], 2, "a write's entries are marked");
-            let mut unmarked = v.to_vec();
-            unmarked[0] = 1;
-            journal.insert(k, unmarked).expect("unmark");
-        }
-        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+        unmark_journal(&dir.raw());
     }
     let (to, report) = dir.salvage("salvaged");
     assert_eq!(report.decisions, 7, "{report:?}");
