@@ -6,7 +6,9 @@ use std::path::Path;
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
 use lessons::Record;
 
-use super::{all_records, three_writes_at_cap_two, unmark_journal, use_of};
+use super::{
+    all_records, foreign_textless_entries, three_writes_at_cap_two, unmark_journal, use_of,
+};
 use crate::fixtures::store::StoreDir;
 use crate::util::{exported_decisions, fact, scope};
 
@@ -381,12 +383,17 @@ fn a_format_6_stores_unmarked_entries_are_marked_and_read_with_their_records_tex
     // Format 6 told an entry that left its text to its record by its shape alone.
     let dir = StoreDir::new();
     let app = scope("repo:acme/app");
+    // Imported into that store without texts, about another store's record 0: the same shape.
+    let foreign = foreign_textless_entries(&app);
     let before = three_writes_at_cap_two(&dir, &app);
     assert_eq!(before.len(), 4, "three insertions and one eviction");
+    dir.closed(|store| {
+        assert_eq!(store.import_decisions(&foreign).expect("import"), 2);
+    });
     // As format 6 stored them: the same bytes under version byte 1.
     {
         let raw = dir.raw();
-        unmark_journal(&raw);
+        assert_eq!(unmark_journal(&raw), 4, "the write's entries were marked");
         let meta = raw
             .keyspace("meta", fjall::KeyspaceCreateOptions::default)
             .expect("meta");
@@ -397,9 +404,18 @@ fn a_format_6_stores_unmarked_entries_are_marked_and_read_with_their_records_tex
         assert!(store.check().expect("doctor").is_ok());
         store.decisions(&app, &every_decision()).expect("journal")
     });
-    assert_eq!(after, before, "each entry reads with its record's text");
-    let marks: Vec<u8> = journal_values(&dir).iter().map(|(_, v)| v[0]).collect();
-    assert_eq!(marks, [2, 2, 2, 2], "marked again");
+    let (mut theirs, ours): (Vec<_>, Vec<_>) =
+        after.into_iter().partition(|d| d.source_run_id.is_some());
+    assert_eq!(ours, before, "each entry reads with its record's text");
+    theirs.reverse();
+    assert_eq!(theirs, foreign, "an imported entry stays without a text");
+    let mut marks: Vec<u8> = journal_values(&dir).iter().map(|(_, v)| v[0]).collect();
+    marks.sort_unstable();
+    assert_eq!(
+        marks,
+        [1, 1, 2, 2, 2, 2],
+        "the write's entries marked again, no other"
+    );
     assert_eq!(stored_format(&dir), Some(vec![7]));
 }
 

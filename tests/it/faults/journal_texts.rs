@@ -4,22 +4,15 @@
 //! and stored whole by `--repair`.
 
 use lessons::store::{MemoryStore, WriteOptions};
-use lessons::{Decision, DecisionEvent, DecisionQuery};
+use lessons::{Decision, DecisionQuery};
 
-use super::three_writes_at_cap_two;
+use super::{foreign_textless_entries, three_writes_at_cap_two};
 use crate::fixtures::store::StoreDir;
 use crate::util::{exported_decisions, fact, scope};
 
 /// Every entry of a scope: the default query reads up to 100.
 fn every_decision() -> DecisionQuery {
     DecisionQuery::default()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64
 }
 
 #[test]
@@ -36,13 +29,7 @@ fn an_entry_imported_without_a_text_is_never_given_another_records_text() {
         .expect("write");
     // Exported by another store whose record 0 of this scope was another lesson, and whose
     // text that store had lost.
-    let mut imported = Vec::new();
-    for event in [DecisionEvent::Inserted, DecisionEvent::Evicted] {
-        let mut d = Decision::new(now_ms() - 1_000, &app, event);
-        d.ids.push(app.record_id(0));
-        d.source_run_id = Some("another store's run".to_owned());
-        imported.push(d);
-    }
+    let imported = foreign_textless_entries(&app);
     assert_eq!(store.import_decisions(&imported).expect("import"), 2);
     let read = store.decisions(&app, &every_decision()).expect("journal");
     let (theirs, ours): (Vec<_>, Vec<_>) =

@@ -10,7 +10,7 @@ mod open;
 mod salvage;
 
 use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
-use lessons::{Candidate, Decision, DecisionQuery, Record, ScopeKey};
+use lessons::{Candidate, Decision, DecisionEvent, DecisionQuery, Record, ScopeKey};
 
 use crate::fixtures::store::StoreDir;
 use crate::util::{exported, fact};
@@ -36,10 +36,31 @@ pub(super) fn three_writes_at_cap_two(dir: &StoreDir, s: &ScopeKey) -> Vec<Decis
     })
 }
 
-/// Rewrites every journal entry of the closed store `raw` as format 6 stored it: under version
-/// byte 1, which that format wrote whether or not an entry left its text to its record. Every
-/// entry must be a write's insertion or eviction, marked as leaving its text.
-pub(super) fn unmark_journal(raw: &fjall::Database) {
+/// An insertion and an eviction of record 0 of `s`, a minute before the call, without texts:
+/// as another store, whose record 0 of `s` was another lesson and whose text it had lost,
+/// would export them. Neither may ever be read with this store's record 0's text (which,
+/// written after the call, was created at another time).
+pub(super) fn foreign_textless_entries(s: &ScopeKey) -> Vec<Decision> {
+    let time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
+        - 60_000;
+    let mut inserted = Decision::new(time, s, DecisionEvent::Inserted);
+    inserted.ids.push(s.record_id(0));
+    inserted.source_run_id = Some("another store's run".to_owned());
+    let mut evicted = Decision::new(time + 1, s, DecisionEvent::Evicted);
+    evicted.ids.push(s.record_id(0));
+    evicted.source_run_id = Some("another store's run".to_owned());
+    evicted.age_ms = Some(5);
+    evicted.use_count = Some(0);
+    vec![inserted, evicted]
+}
+
+/// Rewrites every journal entry of the closed store `raw` marked as leaving its text to its
+/// record as format 6 stored it: under version byte 1, which that format wrote whether or not
+/// an entry left its text. Returns how many it rewrote.
+pub(super) fn unmark_journal(raw: &fjall::Database) -> usize {
     let journal = raw
         .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
         .expect("decisions");
@@ -47,13 +68,18 @@ pub(super) fn unmark_journal(raw: &fjall::Database) {
         .iter()
         .map(|g| g.into_inner().expect("read"))
         .collect();
+    let mut unmarked = 0;
     for (k, v) in stored {
-        assert_eq!(v[0], 2, "a write's entries are marked");
-        let mut unmarked = v.to_vec();
-        unmarked[0] = 1;
-        journal.insert(k, unmarked).expect("unmark");
+        if v[0] != 2 {
+            continue;
+        }
+        let mut value = v.to_vec();
+        value[0] = 1;
+        journal.insert(k, value).expect("unmark");
+        unmarked += 1;
     }
     raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    unmarked
 }
 
 /// Writes `n` facts to `s`, one write each (one journal batch each).

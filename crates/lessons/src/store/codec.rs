@@ -408,7 +408,7 @@ pub fn text_record(stored: &[u8], d: &Decision) -> Option<u64> {
 /// The record whose text an entry written by a format 6 store left out, told by its shape (that
 /// format had no mark): an insertion or an eviction naming one record of its scope, without a
 /// text. An entry imported into such a store without a text has the same shape: the format 7
-/// mark is what tells them apart.
+/// mark tells them apart, and for format 6's entries `format6_written_with` does.
 pub fn format6_text_record(stored: &[u8], d: &Decision) -> Option<u64> {
     let unmarked = stored.first() == Some(&FORMAT_VERSION);
     let shape = matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted);
@@ -416,6 +416,19 @@ pub fn format6_text_record(stored: &[u8], d: &Decision) -> Option<u64> {
         return None;
     }
     named_record(d)
+}
+
+/// Whether `d`, an entry of the shape `format6_text_record` accepts, was written in the batch
+/// of `r`, the record it names, as a write wrote it: an insertion at its record's creation, an
+/// eviction whose age counts from that creation. An entry imported without a text passes only
+/// when it is about that very record (created in the same millisecond), whose text is then its
+/// own: any other is not given a record's text.
+pub fn format6_written_with(d: &Decision, r: &crate::model::Record) -> bool {
+    match d.event {
+        DecisionEvent::Inserted => d.time == r.created_at,
+        DecisionEvent::Evicted => d.age_ms == Some(d.time.saturating_sub(r.created_at)),
+        _ => false,
+    }
 }
 
 /// `stored`, a version 1 entry, marked as one whose text is its record's.
@@ -835,6 +848,65 @@ mod tests {
         future[0] = 3;
         let e = decode_decision(&future).expect_err("version 3");
         assert!(e.to_string().contains("format version 3"), "{e}");
+    }
+
+    #[test]
+    fn a_format_6_entry_is_its_records_only_when_written_with_it() {
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        let r = Record {
+            id: scope.record_id(4),
+            scope_key: scope.clone(),
+            kind: Kind::Fact,
+            text: "run npm ci first".into(),
+            keywords: Vec::<String>::new().into(),
+            source_thread_key: "slack:C1:1.0".into(),
+            source_run_id: None,
+            provenance: None,
+            created_at: 5_000,
+            last_used_at: None,
+            use_count: 0,
+            confidence: None,
+            supersedes: None,
+            status: Status::Evicted,
+            dedup_key: true,
+        };
+        let entry = |event, time, age_ms| {
+            let mut d = Decision::new(time, &scope, event);
+            d.ids.push(scope.record_id(4));
+            d.age_ms = age_ms;
+            d
+        };
+        // As a write journals them: an insertion at the creation, an eviction aged from it
+        // (an age of 0 for a record inserted and evicted by the same write).
+        assert!(format6_written_with(
+            &entry(DecisionEvent::Inserted, 5_000, None),
+            &r
+        ));
+        assert!(format6_written_with(
+            &entry(DecisionEvent::Evicted, 9_000, Some(4_000)),
+            &r
+        ));
+        assert!(format6_written_with(
+            &entry(DecisionEvent::Evicted, 5_000, Some(0)),
+            &r
+        ));
+        // About another record 4: another time, another age, or none.
+        assert!(!format6_written_with(
+            &entry(DecisionEvent::Inserted, 4_999, None),
+            &r
+        ));
+        assert!(!format6_written_with(
+            &entry(DecisionEvent::Evicted, 9_000, Some(3_999)),
+            &r
+        ));
+        assert!(!format6_written_with(
+            &entry(DecisionEvent::Evicted, 9_000, None),
+            &r
+        ));
+        assert!(!format6_written_with(
+            &entry(DecisionEvent::Forgotten, 5_000, None),
+            &r
+        ));
     }
 
     #[test]

@@ -141,11 +141,17 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     // A write's insertion and eviction entries leave their text to their record
     // (`codec::text_record`); they go to the new store whole, with the text of the record
     // found, since the import that carries them stores what it is given.
-    for (d, in_record) in decisions.values_mut() {
-        if *in_record {
-            if let Some(r) = d.ids.first().and_then(|id| found.get(id)) {
-                d.texts.push(r.text.clone());
-            }
+    for (d, text_in) in decisions.values_mut() {
+        let Some(r) = d.ids.first().and_then(|id| found.get(id)) else {
+            continue;
+        };
+        let theirs = match text_in {
+            TextIn::Entry => false,
+            TextIn::Record => true,
+            TextIn::Format6Record => codec::format6_written_with(d, r),
+        };
+        if theirs {
+            d.texts.push(r.text.clone());
         }
     }
     let dest = EmbeddedStore::open(to)?;
@@ -252,20 +258,33 @@ fn witnessed_tail(witnessed: &NextIds, found: &BTreeMap<String, Record>) -> Vec<
     tail
 }
 
-/// A decision-journal entry found, and whether it left its text to its record.
-type Entry = (Decision, bool);
+/// A decision-journal entry found, and where its text is.
+type Entry = (Decision, TextIn);
 
-/// A stored journal entry as salvage reads it. Its text is its record's when it is marked so
-/// (format 7) or has the shape format 6 wrote unmarked: salvage reads a store of any format,
-/// whose format it may not be able to read. (An entry imported into a format 7 store without a
-/// text has that shape too, and is given its record's text if one was found: only there does
-/// salvage read the journal differently from the store.)
+/// Where a salvaged entry's text is. Salvage reads a store of any format, which it may not be
+/// able to tell, so it takes the format 7 mark and format 6's unmarked shape alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TextIn {
+    /// The entry holds its texts (or has none).
+    Entry,
+    /// Marked as leaving its text to its record.
+    Record,
+    /// Format 6's shape: its record's text only if it was written with that record
+    /// (`codec::format6_written_with`), as the upgrade decides.
+    Format6Record,
+}
+
+/// A stored journal entry as salvage reads it, and where its text is.
 fn salvaged_entry(value: &[u8]) -> Option<Entry> {
     let d = codec::decode_decision(value).ok()?;
-    let in_record = codec::text_record(value, &d)
-        .or_else(|| codec::format6_text_record(value, &d))
-        .is_some();
-    Some((d, in_record))
+    let text_in = if codec::text_record(value, &d).is_some() {
+        TextIn::Record
+    } else if codec::format6_text_record(value, &d).is_some() {
+        TextIn::Format6Record
+    } else {
+        TextIn::Entry
+    };
+    Some((d, text_in))
 }
 
 /// A journal item that is a decision-journal entry: its key is scope, NUL, the event or its
@@ -273,11 +292,11 @@ fn salvaged_entry(value: &[u8]) -> Option<Entry> {
 /// entry of that scope, event and time.
 fn as_decision(key: &[u8], value: &[u8]) -> Option<Entry> {
     let scope = codec::scope_bytes(key)?;
-    let (d, in_record) = salvaged_entry(value)?;
+    let (d, text_in) = salvaged_entry(value)?;
     (codec::is_decision_key_of(key, &d)
         && d.scope_key.as_str().as_bytes() == scope
         && codec::decision_time(key) == Some(d.time))
-    .then_some((d, in_record))
+    .then_some((d, text_in))
 }
 
 /// The ids in the store's keyword index, read from a copy (opening an index writes to it).

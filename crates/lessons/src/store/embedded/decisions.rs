@@ -457,8 +457,8 @@ impl DecisionJournal {
     }
 
     /// Marks the entries a format 6 store wrote without their text (`journal_texts`).
-    pub(super) fn mark_format6(&self, group: &GroupCommit) -> Result<u64> {
-        journal_texts::mark_format6(&self.db, &self.entries, group)
+    pub(super) fn mark_format6(&self, records: &Records, group: &GroupCommit) -> Result<u64> {
+        journal_texts::mark_format6(&self.db, &self.entries, records, group)
     }
 
     /// The entries that left their text to a record the store does not hold.

@@ -59,17 +59,30 @@ impl<'a> Texts<'a> {
     }
 }
 
-/// Marks every entry a format 6 store wrote without its text (told by its shape: that format
-/// had no mark), in durable batches. An entry already marked is left, so a pass cut short is
-/// finished by the next open. Returns how many it marked.
-pub(super) fn mark_format6(db: &Database, entries: &Keyspace, group: &GroupCommit) -> Result<u64> {
+/// Marks every entry a format 6 store wrote without its text, in durable batches: that format
+/// had no mark, so an entry is told by its shape and by its record, whose creation it must
+/// match (`codec::format6_written_with`; an entry imported without a text stays as it is). An
+/// entry already marked is left, so a pass cut short is finished by the next open. Returns how
+/// many it marked.
+pub(super) fn mark_format6(
+    db: &Database,
+    entries: &Keyspace,
+    records: &Records,
+    group: &GroupCommit,
+) -> Result<u64> {
     let mut marked = 0u64;
     let mut batch = db.batch();
     let mut in_batch = 0;
     for g in db.snapshot().iter(entries) {
         let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
         let d = codec::decode_decision(&v)?;
-        if codec::format6_text_record(&v, &d).is_none() {
+        let Some(seq) = codec::format6_text_record(&v, &d) else {
+            continue;
+        };
+        let written = records
+            .load_any(&d.scope_key, seq)?
+            .is_some_and(|r| codec::format6_written_with(&d, &r));
+        if !written {
             continue;
         }
         batch.insert(entries, k.to_vec(), codec::mark_text_in_record(&v));

@@ -91,7 +91,9 @@ impl Upgrade {
             log::info!("[store] re-keyed {moved} decision-journal entries by their class");
         }
         if self.decision_texts {
-            let marked = shared.journal.mark_format6(&shared.group)?;
+            let marked = shared
+                .journal
+                .mark_format6(&shared.records, &shared.group)?;
             log::info!(
                 "[store] marked {marked} decision-journal entries whose text is their record's"
             );
