@@ -393,7 +393,7 @@ pub fn encode_written_decision(d: &Decision) -> Result<Vec<u8>> {
         return encode_decision(d);
     }
     let out = encode(&crate::decisions::DecisionDisk::of(d, false))?;
-    Ok(mark_text_in_record(&out))
+    Ok(mark_text_in_record(out))
 }
 
 /// The record whose text the stored entry `d` (decoded from `stored`) left out: its sequence
@@ -432,12 +432,11 @@ pub fn format6_written_with(d: &Decision, r: &crate::model::Record) -> bool {
 }
 
 /// `stored`, a version 1 entry, marked as one whose text is its record's.
-pub fn mark_text_in_record(stored: &[u8]) -> Vec<u8> {
-    let mut out = stored.to_vec();
-    if let Some(v) = out.first_mut() {
+pub fn mark_text_in_record(mut stored: Vec<u8>) -> Vec<u8> {
+    if let Some(v) = stored.first_mut() {
         *v = DECISION_TEXT_IN_RECORD;
     }
-    out
+    stored
 }
 
 /// A stored journal entry's body: a version 1 entry's, whether it left its text to its record
@@ -830,7 +829,7 @@ mod tests {
         assert_eq!(text_record(&whole, &read), None);
         // ...which format 6 wrote for a write's own entry, unmarked.
         assert_eq!(format6_text_record(&whole, &read), Some(4));
-        assert_eq!(mark_text_in_record(&whole), written);
+        assert_eq!(mark_text_in_record(whole.clone()), written);
         // A write's entry naming another scope's record, or none, or a rejection, holds its text.
         let other = ScopeKey::parse("repo:acme/web").expect("scope");
         for (event, id) in [

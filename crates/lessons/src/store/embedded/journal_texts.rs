@@ -85,7 +85,7 @@ pub(super) fn mark_format6(
         if !written {
             continue;
         }
-        batch.insert(entries, k.to_vec(), codec::mark_text_in_record(&v));
+        batch.insert(entries, k.to_vec(), codec::mark_text_in_record(v.to_vec()));
         marked += 1;
         in_batch += 1;
         if in_batch == 10_000 {
