@@ -399,7 +399,9 @@ pub fn encode_written_decision(d: &Decision) -> Result<Vec<u8>> {
 /// The record whose text the stored entry `d` (decoded from `stored`) left out: its sequence
 /// number in the entry's scope. `None` for an entry stored whole, with a text or without.
 pub fn text_record(stored: &[u8], d: &Decision) -> Option<u64> {
-    if stored.first() != Some(&DECISION_TEXT_IN_RECORD) || !d.texts.is_empty() {
+    let marked = stored.first() == Some(&DECISION_TEXT_IN_RECORD);
+    let shape = matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted);
+    if !marked || !shape || !d.texts.is_empty() {
         return None;
     }
     named_record(d)
@@ -843,6 +845,12 @@ mod tests {
             assert_eq!(stored[0], FORMAT_VERSION, "{event:?}");
             assert_eq!(decode_decision(&stored).expect("decodes"), d);
         }
+        // A marked value of another event (only damage writes one) names no record's text.
+        let mut rejected = Decision::new(1_000, &scope, DecisionEvent::Rejected);
+        rejected.ids.push(scope.record_id(4));
+        let marked = mark_text_in_record(encode_decision(&rejected).expect("encodes"));
+        let read = decode_decision(&marked).expect("decodes");
+        assert_eq!(text_record(&marked, &read), None);
         let mut future = written;
         future[0] = 3;
         let e = decode_decision(&future).expect_err("version 3");
