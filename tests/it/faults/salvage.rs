@@ -275,11 +275,13 @@ fn salvaged_journal_keeps_its_texts(as_format_6: bool) {
         "{before:?}"
     );
     if as_format_6 {
-        assert_eq!(
-            unmark_journal(&dir.raw()),
-            7,
-            "the write's entries were marked"
-        );
+        let raw = dir.raw();
+        assert_eq!(unmark_journal(&raw), 7, "the write's entries were marked");
+        let meta = raw
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        meta.insert("format", [6]).expect("mark format 6");
+        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
     }
     let (to, report) = dir.salvage("salvaged");
     assert_eq!(report.decisions, 9, "{report:?}");
@@ -296,4 +298,41 @@ fn salvaged_journal_keeps_its_texts(as_format_6: bool) {
         told
     };
     assert_eq!(texts(&after), texts(&before));
+}
+
+#[test]
+fn a_salvaged_current_store_never_gives_an_imported_entry_its_records_text() {
+    let dir = StoreDir::new();
+    let s = scope("repo:acme/app");
+    let imported = dir.closed(|store| {
+        store
+            .write(
+                &s,
+                &[fact("run npm ci before the license check")],
+                &WriteOptions::default(),
+            )
+            .expect("write");
+        let r = store
+            .list(&s, &lessons::ListQuery::newest(1))
+            .expect("list")
+            .remove(0);
+        // About another store's record of the same id, created in the same millisecond: it
+        // matches this record as a format 6 entry would, and only the store's format tells.
+        let mut d = lessons::Decision::new(r.created_at, &s, lessons::DecisionEvent::Inserted);
+        d.ids.push(r.id);
+        d.source_run_id = Some("another store's run".to_owned());
+        assert_eq!(store.import_decisions(&[d.clone()]).expect("import"), 1);
+        d
+    });
+    let (to, report) = dir.salvage("salvaged");
+    assert_eq!(report.decisions, 2, "{report:?}");
+    let store = EmbeddedStore::open(&to).expect("the salvaged store opens");
+    let read = store
+        .decisions(&s, &lessons::DecisionQuery::default())
+        .expect("journal");
+    let theirs: Vec<_> = read
+        .into_iter()
+        .filter(|d| d.source_run_id.is_some())
+        .collect();
+    assert_eq!(theirs, [imported], "stays without a text");
 }

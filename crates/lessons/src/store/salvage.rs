@@ -77,7 +77,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     let mut found: BTreeMap<String, Record> = BTreeMap::new();
     let mut decisions: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
     let mut uses: BTreeMap<String, codec::Usage> = BTreeMap::new();
-    if let Err(e) = read_copy(
+    let format = match read_copy(
         &work_records,
         &mut found,
         &mut decisions,
@@ -85,9 +85,13 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
         &mut report,
         &witness,
     ) {
-        // The tables do not open: the journals are all that can be read.
-        report.tables_error = Some(e.to_string());
-    }
+        Ok(format) => format,
+        Err(e) => {
+            // The tables do not open: the journals are all that can be read.
+            report.tables_error = Some(e.to_string());
+            None
+        }
+    };
     // Every journal batch is read too: records in the journal prefix are also in the copy, and
     // merging keeps the later state; when the tables do not open, these are all there is.
     for batch in from_journal {
@@ -140,7 +144,9 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
 
     // A write's insertion and eviction entries leave their text to their record
     // (`codec::text_record`); they go to the new store whole, with the text of the record
-    // found, since the import that carries them stores what it is given.
+    // found, since the import that carries them stores what it is given. In a store of the
+    // current format every such entry is marked: an unmarked one is an import's or a repair's.
+    let unmarked_may_be_format6 = format.as_deref() != Some(&[codec::STORE_FORMAT]);
     for (d, text_in) in decisions.values_mut() {
         let Some(r) = d.ids.first().and_then(|id| found.get(id)) else {
             continue;
@@ -148,7 +154,7 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
         let theirs = match text_in {
             TextIn::Entry => false,
             TextIn::Record => true,
-            TextIn::Format6Record => codec::format6_written_with(d, r),
+            TextIn::Format6Record => unmarked_may_be_format6 && codec::format6_written_with(d, r),
         };
         if theirs {
             d.texts.push(r.text.clone());
@@ -269,7 +275,8 @@ enum TextIn {
     Entry,
     /// Marked as leaving its text to its record.
     Record,
-    /// Format 6's shape: its record's text only if it was written with that record
+    /// Format 6's shape: its record's text only if the store may be of format 6 (its format
+    /// does not read as the current one) and the entry was written with that record
     /// (`codec::format6_written_with`), as the upgrade decides.
     Format6Record,
 }
@@ -311,6 +318,7 @@ fn indexed_ids(index: &Path, work: &Path) -> BTreeSet<String> {
 }
 
 /// Reads every record and decision fjall can read from the work copy, counting what it cannot.
+/// Returns the store's format, as its `meta` keyspace names it, if it reads.
 fn read_copy(
     records: &Path,
     found: &mut BTreeMap<String, Record>,
@@ -318,7 +326,7 @@ fn read_copy(
     uses: &mut BTreeMap<String, codec::Usage>,
     report: &mut SalvageReport,
     witness: &NextIds,
-) -> Result<()> {
+) -> Result<Option<Vec<u8>>> {
     let db = Database::builder(records)
         .journal_compression(fjall::CompressionType::None)
         .open()
@@ -399,7 +407,12 @@ fn read_copy(
             }
         }
     }
-    Ok(())
+    let format = db
+        .keyspace("meta", KeyspaceCreateOptions::default)
+        .ok()
+        .and_then(|meta| meta.get("format").ok().flatten())
+        .map(|v| v.to_vec());
+    Ok(format)
 }
 
 /// Reads every record id a scope can hold (below the larger of its bookkeeping's next id, the
