@@ -378,45 +378,132 @@ fn journal_values(dir: &StoreDir) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
-#[test]
-fn a_format_6_stores_unmarked_entries_are_marked_and_read_with_their_records_texts() {
-    // Format 6 told an entry that left its text to its record by its shape alone.
-    let dir = StoreDir::new();
+/// How a format 6 store is opened by this build.
+#[derive(Clone, Copy, PartialEq)]
+enum Format6 {
+    /// As format 6's build left it.
+    AsWritten,
+    /// An upgrade cut short: one entry marked, the format pending (`[7, 6]`).
+    CutShort,
+    /// One journal value that does not decode (damage), in another scope's journal.
+    Damaged,
+}
+
+/// A format 6 store: the three writes' entries unmarked (`three_writes_at_cap_two`), two
+/// foreign entries imported without texts, and `how` applied; returns the write's journal and
+/// the foreign entries.
+fn format_6_store(
+    dir: &StoreDir,
+    how: Format6,
+) -> (Vec<lessons::Decision>, Vec<lessons::Decision>) {
     let app = scope("repo:acme/app");
     // Imported into that store without texts, about another store's record 0: the same shape.
     let foreign = foreign_textless_entries(&app);
-    let before = three_writes_at_cap_two(&dir, &app);
+    let before = three_writes_at_cap_two(dir, &app);
     assert_eq!(before.len(), 4, "three insertions and one eviction");
-    dir.closed(|store| {
-        assert_eq!(store.import_decisions(&foreign).expect("import"), 2);
-    });
     // As format 6 stored them: the same bytes under version byte 1.
     {
         let raw = dir.raw();
         assert_eq!(unmark_journal(&raw), 4, "the write's entries were marked");
-        let meta = raw
-            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
-            .expect("meta");
-        meta.insert("format", [6]).expect("mark format 6");
-        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+        if how == Format6::CutShort {
+            let journal = raw
+                .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+                .expect("decisions");
+            let (k, v) = journal
+                .first_key_value()
+                .expect("an entry")
+                .into_inner()
+                .expect("read");
+            let mut v = v.to_vec();
+            v[0] = 2;
+            journal.insert(k, v).expect("mark one");
+            raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+        }
     }
-    let after = dir.closed(|store| {
-        assert!(store.check().expect("doctor").is_ok());
-        store.decisions(&app, &every_decision()).expect("journal")
+    dir.closed(|store| {
+        assert_eq!(store.import_decisions(&foreign).expect("import"), 2);
     });
-    let (mut theirs, ours): (Vec<_>, Vec<_>) =
-        after.into_iter().partition(|d| d.source_run_id.is_some());
-    assert_eq!(ours, before, "each entry reads with its record's text");
-    theirs.reverse();
-    assert_eq!(theirs, foreign, "an imported entry stays without a text");
-    let mut marks: Vec<u8> = journal_values(&dir).iter().map(|(_, v)| v[0]).collect();
-    marks.sort_unstable();
-    assert_eq!(
-        marks,
-        [1, 1, 2, 2, 2, 2],
-        "the write's entries marked again, no other"
-    );
-    assert_eq!(stored_format(&dir), Some(vec![7]));
+    let raw = dir.raw();
+    let meta = raw
+        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+        .expect("meta");
+    let format: &[u8] = if how == Format6::CutShort {
+        &[7, 6]
+    } else {
+        &[6]
+    };
+    meta.insert("format", format).expect("mark format 6");
+    if how == Format6::Damaged {
+        let journal = raw
+            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+            .expect("decisions");
+        // An entry's key (scope, NUL, class, time, counter) moved to another scope.
+        let key = journal
+            .first_key_value()
+            .expect("an entry")
+            .key()
+            .expect("read");
+        let nul = key.iter().position(|&b| b == 0).expect("scope, NUL");
+        let mut damaged = b"repo:acme/other".to_vec();
+        damaged.extend_from_slice(&key[nul..]);
+        journal
+            .insert(damaged, [1u8, 0xff, 0xff, 0xff])
+            .expect("damage");
+    }
+    raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    (before, foreign)
+}
+
+#[test]
+fn a_format_6_stores_unmarked_entries_are_marked_and_read_with_their_records_texts() {
+    // Format 6 told an entry that left its text to its record by its shape alone.
+    for how in [Format6::AsWritten, Format6::CutShort] {
+        let dir = StoreDir::new();
+        let app = scope("repo:acme/app");
+        let (before, foreign) = format_6_store(&dir, how);
+        let after = dir.closed(|store| {
+            assert!(store.check().expect("doctor").is_ok());
+            store.decisions(&app, &every_decision()).expect("journal")
+        });
+        let (mut theirs, ours): (Vec<_>, Vec<_>) =
+            after.into_iter().partition(|d| d.source_run_id.is_some());
+        assert_eq!(ours, before, "each entry reads with its record's text");
+        theirs.reverse();
+        assert_eq!(theirs, foreign, "an imported entry stays without a text");
+        let mut marks: Vec<u8> = journal_values(&dir).iter().map(|(_, v)| v[0]).collect();
+        marks.sort_unstable();
+        assert_eq!(
+            marks,
+            [1, 1, 2, 2, 2, 2],
+            "the write's entries marked again, no other"
+        );
+        assert_eq!(stored_format(&dir), Some(vec![7]));
+    }
+}
+
+#[test]
+fn a_format_6_store_with_a_damaged_entry_opens_for_doctor_and_stays_pending() {
+    let dir = StoreDir::new();
+    let app = scope("repo:acme/app");
+    let (before, _) = format_6_store(&dir, Format6::Damaged);
+    dir.closed(|store| {
+        let health = store.check().expect("doctor");
+        assert!(!health.is_ok(), "the damaged entry is reported: {health:?}");
+        // What reads is marked and read with its text.
+        let read = store.decisions(&app, &every_decision()).expect("journal");
+        let ours: Vec<_> = read
+            .into_iter()
+            .filter(|d| d.source_run_id.is_none())
+            .collect();
+        assert_eq!(ours, before);
+    });
+    // Pending, so the next open tries again, and a format 6 build refuses the store.
+    assert_eq!(stored_format(&dir), Some(vec![7, 6]));
+    let marks = journal_values(&dir)
+        .iter()
+        .filter(|(_, v)| v[0] == 2)
+        .count();
+    assert_eq!(marks, 4, "the write's entries are marked");
 }
 
 #[test]

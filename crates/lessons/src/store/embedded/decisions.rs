@@ -110,6 +110,9 @@ pub(super) struct DecisionJournal {
     /// uncounted adds it empty and uncounted (what `grew` would start from), so the pruner
     /// counts it too.
     tallies: Mutex<HashMap<ScopeKey, Tally>>,
+    /// Held by whatever removes or rewrites stored entries (the pruner, the repair of entries
+    /// whose record is gone), so a rewrite never brings back an entry pruned meanwhile.
+    rewriting: Mutex<()>,
     clock: Clock,
 }
 
@@ -137,6 +140,7 @@ impl DecisionJournal {
             days,
             cap,
             tallies: Mutex::new(tallies),
+            rewriting: Mutex::new(()),
             clock,
         }
     }
@@ -457,7 +461,11 @@ impl DecisionJournal {
     }
 
     /// Marks the entries a format 6 store wrote without their text (`journal_texts`).
-    pub(super) fn mark_format6(&self, records: &Records, group: &GroupCommit) -> Result<u64> {
+    pub(super) fn mark_format6(
+        &self,
+        records: &Records,
+        group: &GroupCommit,
+    ) -> Result<journal_texts::Marking> {
         journal_texts::mark_format6(&self.db, &self.entries, records, group)
     }
 
@@ -469,12 +477,14 @@ impl DecisionJournal {
 
     /// Stores the entries `orphaned` finds whole, without a text; returns how many.
     pub(super) fn repair_orphaned(&self, records: &Records, group: &GroupCommit) -> Result<u64> {
+        let _rewriting = self.rewriting.lock();
         journal_texts::repair_orphaned(&self.db, &self.entries, records, group)
     }
 
     /// Drops entries older than `days` and beyond `cap` per scope, for the scopes due (see
     /// the module's notes). Runs on the indexer thread, never in a write.
     pub(super) fn prune(&self, group: &GroupCommit) -> Result<()> {
+        let _rewriting = self.rewriting.lock();
         let cutoff = self.cutoff();
         let over = self.cap + self.cap / 16;
         let late = cutoff.saturating_sub(i64::from(self.days) * DAY_MS / 16);

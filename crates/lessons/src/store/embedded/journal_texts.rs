@@ -59,34 +59,57 @@ impl<'a> Texts<'a> {
     }
 }
 
+/// What the format 6 marking pass did.
+pub(super) struct Marking {
+    /// Entries marked as leaving their text to their record.
+    pub(super) marked: u64,
+    /// Whether every entry, and every record one named, read. An entry or a record that does
+    /// not read (damage) is left as format 6 wrote it, for `doctor` to report and `--salvage` to
+    /// read around: the pass never makes an open fail that format 6's build would let through.
+    pub(super) whole: bool,
+}
+
 /// Marks every entry a format 6 store wrote without its text, in durable batches: that format
 /// had no mark, so an entry is told by its shape and by its record, whose creation it must
 /// match (`codec::format6_written_with`; an entry imported without a text stays as it is). An
-/// entry already marked is left, so a pass cut short is finished by the next open. Returns how
-/// many it marked.
+/// entry already marked is left, so a pass cut short is finished by the next open.
 pub(super) fn mark_format6(
     db: &Database,
     entries: &Keyspace,
     records: &Records,
     group: &GroupCommit,
-) -> Result<u64> {
-    let mut marked = 0u64;
+) -> Result<Marking> {
+    let mut pass = Marking {
+        marked: 0,
+        whole: true,
+    };
     let mut batch = db.batch();
     let mut in_batch = 0;
     for g in db.snapshot().iter(entries) {
-        let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
-        let d = codec::decode_decision(&v)?;
+        let Ok((k, v)) = g.into_inner() else {
+            // A block that does not read: the entries past it are not reached either.
+            pass.whole = false;
+            break;
+        };
+        let Ok(d) = codec::decode_decision(&v) else {
+            pass.whole = false;
+            continue;
+        };
         let Some(seq) = codec::format6_text_record(&v, &d) else {
             continue;
         };
-        let written = records
-            .load_any(&d.scope_key, seq)?
-            .is_some_and(|r| codec::format6_written_with(&d, &r));
+        let written = match records.load_any(&d.scope_key, seq) {
+            Ok(r) => r.is_some_and(|r| codec::format6_written_with(&d, &r)),
+            Err(_) => {
+                pass.whole = false;
+                false
+            }
+        };
         if !written {
             continue;
         }
         batch.insert(entries, k.to_vec(), codec::mark_text_in_record(v.to_vec()));
-        marked += 1;
+        pass.marked += 1;
         in_batch += 1;
         if in_batch == 10_000 {
             let full = std::mem::replace(&mut batch, db.batch());
@@ -95,7 +118,7 @@ pub(super) fn mark_format6(
         }
     }
     group.append_durably(batch, "marking the decision journal's texts")?;
-    Ok(marked)
+    Ok(pass)
 }
 
 /// Every entry marked as leaving its text to a record that the store does not hold, as

@@ -4,7 +4,9 @@
 //! order they run in, and when the format is marked, live here and nowhere else.
 //!
 //! **Invariant:** each step can be redone, and the format is marked only after all of them: an
-//! upgrade cut short is finished at the next open.
+//! upgrade cut short is finished at the next open. Before the first step writes, the format
+//! reads `[current, from]`: a build that knows only `from` refuses the store rather than misread
+//! what the steps have rewritten so far.
 
 use std::path::Path;
 
@@ -17,6 +19,8 @@ use crate::store::codec;
 /// the format is marked only after all of them.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Upgrade {
+    /// The format the store was written in.
+    from: u8,
     /// Format 1: one dedup key per normalized text, rebuilt from the records.
     dedup_keys: bool,
     /// Formats 1 to 4: decision-journal entries re-keyed with their class (the event, or the
@@ -36,28 +40,11 @@ impl Upgrade {
     pub(super) fn needed(records: &Records, dir: &Path) -> Result<Upgrade> {
         let upgrade = match records.format()?.as_deref() {
             Some([codec::STORE_FORMAT]) => Upgrade::default(),
-            Some([1]) => Upgrade {
-                dedup_keys: true,
-                decision_keys: true,
-                mark: true,
-                ..Upgrade::default()
-            },
-            // Format 2 holds no usage entry: only its journal's keys change; format 4 keyed
-            // never-used evictions as every eviction.
-            Some([2..=4]) => Upgrade {
-                decision_keys: true,
-                mark: true,
-                ..Upgrade::default()
-            },
-            Some([5]) => Upgrade {
-                mark: true,
-                ..Upgrade::default()
-            },
-            Some([6]) => Upgrade {
-                decision_texts: true,
-                mark: true,
-                ..Upgrade::default()
-            },
+            // An upgrade from `from` cut short: its steps are redone.
+            Some(&[codec::STORE_FORMAT, from]) if (1..codec::STORE_FORMAT).contains(&from) => {
+                Upgrade::of(from)
+            }
+            Some(&[from]) if (1..codec::STORE_FORMAT).contains(&from) => Upgrade::of(from),
             Some(v) => {
                 return Err(Error::format(format!(
                     "the store {} has format version {:?}; this build reads versions 1 to {}",
@@ -73,16 +60,47 @@ impl Upgrade {
         };
         if upgrade.mark {
             log::info!(
-                "[store] upgrading {} to format {}",
+                "[store] upgrading {} from format {} to format {}",
                 dir.display(),
+                upgrade.from,
                 codec::STORE_FORMAT
             );
         }
         Ok(upgrade)
     }
 
+    /// The steps a store of the older format `from` needs.
+    fn of(from: u8) -> Upgrade {
+        let steps = match from {
+            1 => Upgrade {
+                dedup_keys: true,
+                decision_keys: true,
+                ..Upgrade::default()
+            },
+            // Format 2 holds no usage entry: only its journal's keys change; format 4 keyed
+            // never-used evictions as every eviction.
+            2..=4 => Upgrade {
+                decision_keys: true,
+                ..Upgrade::default()
+            },
+            6 => Upgrade {
+                decision_texts: true,
+                ..Upgrade::default()
+            },
+            _ => Upgrade::default(),
+        };
+        Upgrade {
+            from,
+            mark: true,
+            ..steps
+        }
+    }
+
     /// Runs the steps this store needs, then marks it with the current format.
     pub(super) fn apply(self, shared: &Shared) -> Result<()> {
+        if self.dedup_keys || self.decision_keys || self.decision_texts {
+            shared.records.mark_format_upgrading(self.from)?;
+        }
         if self.dedup_keys {
             upgrade_dedup_keys(shared)?;
         }
@@ -91,12 +109,23 @@ impl Upgrade {
             log::info!("[store] re-keyed {moved} decision-journal entries by their class");
         }
         if self.decision_texts {
-            let marked = shared
+            let pass = shared
                 .journal
                 .mark_format6(&shared.records, &shared.group)?;
             log::info!(
-                "[store] marked {marked} decision-journal entries whose text is their record's"
+                "[store] marked {} decision-journal entries whose text is their record's",
+                pass.marked
             );
+            if !pass.whole {
+                // The store opens so that `doctor` and `--salvage` can run; the format stays
+                // pending, so the next open tries the pass again.
+                log::warn!(
+                    "[store] part of the decision journal of {} did not read; it stays as format \
+                     6 wrote it until the next open: run lessons doctor",
+                    shared.dir.display()
+                );
+                return Ok(());
+            }
         }
         if self.mark {
             // Last: an upgrade cut short is redone at the next open (each step is).

@@ -103,6 +103,17 @@ impl Records {
             .map(|v| v.to_vec()))
     }
 
+    /// Marks the store as being upgraded from format `from` to the current one: `[current,
+    /// from]`, which a build that knows only `from` refuses (it would misread what the upgrade
+    /// has rewritten so far), and this one finishes. Outside any batch: the upgrade's first
+    /// durable batch, later in fjall's journal, makes it durable.
+    pub(super) fn mark_format_upgrading(&self, from: u8) -> Result<()> {
+        self.ks
+            .meta
+            .insert("format", [codec::STORE_FORMAT, from])
+            .map_err(st("writing the format version"))
+    }
+
     /// Marks the store with the current format (outside any batch: before any write).
     pub(super) fn mark_format(&self) -> Result<()> {
         self.ks
