@@ -58,3 +58,8 @@ fn provenance_corpus_replays() {
 fn record_corpus_replays() {
     replay("record", 10, lessons::fuzzing::record);
 }
+
+#[test]
+fn journal_entry_corpus_replays() {
+    replay("journal_entry", 10, lessons::fuzzing::journal_entry);
+}

@@ -205,3 +205,52 @@ pub fn record(data: &[u8]) {
         assert_eq!(&back, k);
     }
 }
+
+/// A stored decision-journal entry's bytes (what every journal read, a format upgrade, `doctor`
+/// and `doctor --salvage` decode from disk), and the same bytes read as a journal key: never a
+/// panic. A value names a record's text only when it is marked and is an insertion or an
+/// eviction without texts. An entry that decodes is stored again as it was: whole, it decodes
+/// to itself and names no record's text; as a write stores it, it leaves its text out exactly
+/// when it is marked, and its record's text makes it whole again.
+pub fn journal_entry(data: &[u8]) {
+    use crate::decisions::DecisionEvent;
+    use crate::store::codec::{self, decode_decision, text_record};
+    let _ = codec::decision_time(data);
+    let _ = codec::scope_bytes(data);
+    let Ok(d) = decode_decision(data) else {
+        return;
+    };
+    if text_record(data, &d).is_some() {
+        assert_eq!(data.first(), Some(&codec::DECISION_TEXT_IN_RECORD));
+        assert!(d.texts.is_empty(), "a marked entry read with texts: {d:?}");
+        assert!(
+            matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted),
+            "a marked {:?} names a record's text",
+            d.event
+        );
+    }
+    let _ = codec::format6_text_record(data, &d);
+    let own = codec::decode_decision_of(data, &d.scope_key).expect("decodes in its own scope");
+    assert_eq!(own, d);
+    let whole = codec::encode_decision(&d).expect("a decoded entry encodes");
+    assert_eq!(decode_decision(&whole).expect("its bytes decode"), d);
+    assert_eq!(
+        text_record(&whole, &d),
+        None,
+        "stored whole, it holds its texts"
+    );
+    let written = codec::encode_written_decision(&d).expect("a decoded entry encodes");
+    let back = decode_decision(&written).expect("its bytes decode");
+    if text_record(&written, &back).is_some() {
+        assert_eq!(
+            d.texts.len(),
+            1,
+            "a write leaves out only a single text: {d:?}"
+        );
+        let mut restored = back;
+        restored.texts.clone_from(&d.texts);
+        assert_eq!(restored, d);
+    } else {
+        assert_eq!(back, d);
+    }
+}
