@@ -399,12 +399,7 @@ pub fn encode_written_decision(d: &Decision) -> Result<Vec<u8>> {
 /// The record whose text the stored entry `d` (decoded from `stored`) left out: its sequence
 /// number in the entry's scope. `None` for an entry stored whole, with a text or without.
 pub fn text_record(stored: &[u8], d: &Decision) -> Option<u64> {
-    let marked = stored.first() == Some(&DECISION_TEXT_IN_RECORD);
-    let shape = matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted);
-    if !marked || !shape || !d.texts.is_empty() {
-        return None;
-    }
-    named_record(d)
+    left_out(stored, DECISION_TEXT_IN_RECORD, d)
 }
 
 /// The record whose text an entry written by a format 6 store left out, told by its shape (that
@@ -412,9 +407,14 @@ pub fn text_record(stored: &[u8], d: &Decision) -> Option<u64> {
 /// text. An entry imported into such a store without a text has the same shape: the format 7
 /// mark tells them apart, and for format 6's entries `format6_written_with` does.
 pub fn format6_text_record(stored: &[u8], d: &Decision) -> Option<u64> {
-    let unmarked = stored.first() == Some(&FORMAT_VERSION);
+    left_out(stored, FORMAT_VERSION, d)
+}
+
+/// The record named by `d`, stored under `version`, if it is an insertion or an eviction
+/// without texts: the only entries a write stores without their text.
+fn left_out(stored: &[u8], version: u8, d: &Decision) -> Option<u64> {
     let shape = matches!(d.event, DecisionEvent::Inserted | DecisionEvent::Evicted);
-    if !unmarked || !shape || !d.texts.is_empty() {
+    if stored.first() != Some(&version) || !shape || !d.texts.is_empty() {
         return None;
     }
     named_record(d)
