@@ -99,6 +99,14 @@ impl ScopeKey {
         (matches!(kind, "org" | "repo" | "channel" | "user") && !rest.is_empty()).then_some(kind)
     }
 
+    /// The sequence number of `id` if it names a record of this scope (the inverse of
+    /// `record_id`), without parsing the scope again or allocating: a write asks it of every
+    /// journal entry it stores.
+    pub fn record_seq(&self, id: &str) -> Option<u64> {
+        let (scope, seq) = split_record_id(id)?;
+        (scope == self.as_str()).then_some(seq)
+    }
+
     /// The id of the `seq`-th record of this scope: `mem:<scope>:<seq>`.
     pub fn record_id(&self, seq: u64) -> String {
         // Built by hand: every record read makes one, and `format!` costs more than the copy.
@@ -223,5 +231,16 @@ mod tests {
         assert_eq!(RecordId::parse("org:a:1"), None);
         assert_eq!(RecordId::parse("mem:org:a:99999999999999999999999"), None);
         assert_eq!(RecordId::parse("mem:not a scope:1"), None);
+        // Its own scope's ids only, as `RecordId::parse` reads them.
+        let channel = ScopeKey::parse("channel:slack:C1").expect("valid");
+        assert_eq!(channel.record_seq(&id), Some(42));
+        assert_eq!(
+            channel.record_seq(&channel.record_id(u64::MAX)),
+            Some(u64::MAX)
+        );
+        assert_eq!(channel.record_seq("mem:channel:slack:C1:sub:3"), None);
+        assert_eq!(channel.record_seq("mem:channel:slack:C:42"), None);
+        assert_eq!(channel.record_seq("mem:channel:slack:C1:01"), None);
+        assert_eq!(channel.record_seq("channel:slack:C1:42"), None);
     }
 }

@@ -381,8 +381,7 @@ fn named_record(d: &Decision) -> Option<u64> {
     let [id] = d.ids.as_slice() else {
         return None;
     };
-    let id = crate::model::RecordId::parse(id)?;
-    (id.scope == d.scope_key).then_some(id.seq)
+    d.scope_key.record_seq(id)
 }
 
 /// A write's journal entry as stored: without its text, marked `DECISION_TEXT_IN_RECORD`,
