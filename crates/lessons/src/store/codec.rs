@@ -714,10 +714,9 @@ mod tests {
         assert_eq!(active_key_parts(&norm_key(&scope, "npm ci")), None);
     }
 
-    #[test]
-    fn a_record_encodes_to_postcards_bytes_and_back() {
-        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
-        let r = Record {
+    /// Record 7 of `scope`, every optional field set.
+    fn full_record(scope: &ScopeKey) -> Record {
+        Record {
             id: scope.record_id(7),
             scope_key: scope.clone(),
             kind: Kind::Fact,
@@ -733,7 +732,13 @@ mod tests {
             supersedes: Some(scope.record_id(2)),
             status: Status::Active,
             dedup_key: true,
-        };
+        }
+    }
+
+    #[test]
+    fn a_record_encodes_to_postcards_bytes_and_back() {
+        let scope = ScopeKey::parse("repo:acme/app").expect("scope");
+        let r = full_record(&scope);
         let bytes = encode_record(&r, 7).expect("encode");
         let stored = stored_record(&r, 7).expect("stored");
         let mut want = vec![RECORD_VERSION];
@@ -860,25 +865,13 @@ mod tests {
     fn a_format_6_entry_is_its_records_only_when_written_with_it() {
         let scope = ScopeKey::parse("repo:acme/app").expect("scope");
         let r = Record {
-            id: scope.record_id(4),
-            scope_key: scope.clone(),
-            kind: Kind::Fact,
-            text: "run npm ci first".into(),
-            keywords: Vec::<String>::new().into(),
-            source_thread_key: "slack:C1:1.0".into(),
-            source_run_id: None,
-            provenance: None,
             created_at: 5_000,
-            last_used_at: None,
-            use_count: 0,
-            confidence: None,
-            supersedes: None,
             status: Status::Evicted,
-            dedup_key: true,
+            ..full_record(&scope)
         };
         let entry = |event, time, age_ms| {
             let mut d = Decision::new(time, &scope, event);
-            d.ids.push(scope.record_id(4));
+            d.ids.push(scope.record_id(7));
             d.age_ms = age_ms;
             d
         };
