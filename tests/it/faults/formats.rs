@@ -134,6 +134,46 @@ fn a_format_3_store_opens_and_its_journal_is_keyed_by_class() {
     assert!(store.check().expect("doctor").is_ok());
 }
 
+#[test]
+fn a_format_3_store_with_a_damaged_entry_opens_for_doctor_and_stays_pending() {
+    let dir = StoreDir::from_data("store-format-3");
+    let app = scope("repo:acme/app");
+    {
+        // One more entry, in another scope's journal, keyed as format 3 keyed every entry and
+        // with a value that does not decode (damage).
+        let raw = dir.raw();
+        let journal = raw
+            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+            .expect("decisions");
+        let key = journal
+            .first_key_value()
+            .expect("an entry")
+            .key()
+            .expect("read");
+        let nul = key.iter().position(|&b| b == 0).expect("scope, NUL");
+        let mut damaged = b"repo:acme/other".to_vec();
+        damaged.extend_from_slice(&key[nul..]);
+        journal
+            .insert(damaged, [1u8, 0xff, 0xff, 0xff])
+            .expect("damage");
+        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    {
+        let store = open_fixture(dir.path()).expect("the store opens for doctor");
+        let health = store.check().expect("doctor");
+        assert!(!health.is_ok(), "the damaged entry is reported: {health:?}");
+        // Every entry that reads is re-keyed and read as the undamaged fixture's are.
+        let events = store
+            .decisions(&app, &every_decision())
+            .expect("journal")
+            .len();
+        assert_eq!(events, 7);
+        store.close().expect("close");
+    }
+    // Pending, so the next open tries again, and a format 3 build refuses the store.
+    assert_eq!(stored_format(&dir), Some(vec![7, 3]));
+}
+
 /// A query for every decision of a fixture's scope.
 fn every_decision() -> lessons::DecisionQuery {
     lessons::DecisionQuery {

@@ -432,23 +432,33 @@ impl DecisionJournal {
     /// Re-keys every entry an older format keyed otherwise: format 3 and older (no class
     /// byte) and format 4's never-used evictions (keyed as every eviction), in durable
     /// batches; an entry already re-keyed is left, so an upgrade cut short is finished by the
-    /// next. Returns how many moved.
-    pub(super) fn rekey(&self, group: &GroupCommit) -> Result<u64> {
-        let mut moved = 0u64;
+    /// next. An entry whose value does not decode stays under its key (`Pass::whole`).
+    pub(super) fn rekey(&self, group: &GroupCommit) -> Result<journal_texts::Pass> {
+        let mut pass = journal_texts::Pass {
+            changed: 0,
+            whole: true,
+        };
         let mut batch = self.db.batch();
         let mut in_batch = 0;
         for g in self.db.snapshot().iter(&self.entries) {
-            let (k, v) = g.into_inner().map_err(st("reading the decision journal"))?;
+            let Ok((k, v)) = g.into_inner() else {
+                // A block that does not read: the entries past it are not reached either.
+                pass.whole = false;
+                break;
+            };
             if !codec::may_need_rekey(&k) {
                 continue;
             }
-            let d = codec::decode_decision(&v)?;
+            let Ok(d) = codec::decode_decision(&v) else {
+                pass.whole = false;
+                continue;
+            };
             let Some(key) = codec::current_decision_key(&k, &d) else {
                 continue;
             };
             batch.remove(&self.entries, k.to_vec());
             batch.insert(&self.entries, key, v.to_vec());
-            moved += 1;
+            pass.changed += 1;
             in_batch += 1;
             if in_batch == 10_000 {
                 let full = std::mem::replace(&mut batch, self.db.batch());
@@ -457,7 +467,7 @@ impl DecisionJournal {
             }
         }
         group.append_durably(batch, "re-keying the decision journal")?;
-        Ok(moved)
+        Ok(pass)
     }
 
     /// Marks the entries a format 6 store wrote without their text (`journal_texts`).
@@ -465,7 +475,7 @@ impl DecisionJournal {
         &self,
         records: &Records,
         group: &GroupCommit,
-    ) -> Result<journal_texts::Marking> {
+    ) -> Result<journal_texts::Pass> {
         journal_texts::mark_format6(&self.db, &self.entries, records, group)
     }
 

@@ -59,13 +59,15 @@ impl<'a> Texts<'a> {
     }
 }
 
-/// What the format 6 marking pass did.
-pub(super) struct Marking {
-    /// Entries marked as leaving their text to their record.
-    pub(super) marked: u64,
-    /// Whether every entry, and every record one named, read. An entry or a record that does
-    /// not read (damage) is left as format 6 wrote it, for `doctor` to report and `--salvage` to
-    /// read around: the pass never makes an open fail that format 6's build would let through.
+/// What an upgrade's pass over the decision journal did: the format 6 marking here, the re-keying
+/// of formats 1 to 4 (`DecisionJournal::rekey`).
+pub(super) struct Pass {
+    /// Entries rewritten: marked as leaving their text to their record, or re-keyed.
+    pub(super) changed: u64,
+    /// Whether every entry the pass needed, and every record one named, read. An entry or a
+    /// record that does not read (damage) is left as the older format wrote it, for `doctor` to
+    /// report and `--salvage` to read around: a pass never makes an open fail that the older
+    /// format's build would let through.
     pub(super) whole: bool,
 }
 
@@ -78,9 +80,9 @@ pub(super) fn mark_format6(
     entries: &Keyspace,
     records: &Records,
     group: &GroupCommit,
-) -> Result<Marking> {
-    let mut pass = Marking {
-        marked: 0,
+) -> Result<Pass> {
+    let mut pass = Pass {
+        changed: 0,
         whole: true,
     };
     let mut batch = db.batch();
@@ -109,7 +111,7 @@ pub(super) fn mark_format6(
             continue;
         }
         batch.insert(entries, k.to_vec(), codec::mark_text_in_record(v.to_vec()));
-        pass.marked += 1;
+        pass.changed += 1;
         in_batch += 1;
         if in_batch == 10_000 {
             let full = std::mem::replace(&mut batch, db.batch());

@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use super::journal_texts;
 use super::records::Records;
 use super::shared::Shared;
 use crate::error::{Error, Result};
@@ -105,8 +106,14 @@ impl Upgrade {
             upgrade_dedup_keys(shared)?;
         }
         if self.decision_keys {
-            let moved = shared.journal.rekey(&shared.group)?;
-            log::info!("[store] re-keyed {moved} decision-journal entries by their class");
+            let pass = shared.journal.rekey(&shared.group)?;
+            log::info!(
+                "[store] re-keyed {} decision-journal entries by their class",
+                pass.changed
+            );
+            if !self.whole(shared, &pass) {
+                return Ok(());
+            }
         }
         if self.decision_texts {
             let pass = shared
@@ -114,16 +121,9 @@ impl Upgrade {
                 .mark_format6(&shared.records, &shared.group)?;
             log::info!(
                 "[store] marked {} decision-journal entries whose text is their record's",
-                pass.marked
+                pass.changed
             );
-            if !pass.whole {
-                // The store opens so that `doctor` and `--salvage` can run; the format stays
-                // pending, so the next open tries the pass again.
-                log::warn!(
-                    "[store] part of the decision journal of {} did not read; it stays as format \
-                     6 wrote it until the next open: run lessons doctor",
-                    shared.dir.display()
-                );
+            if !self.whole(shared, &pass) {
                 return Ok(());
             }
         }
@@ -132,6 +132,21 @@ impl Upgrade {
             shared.records.mark_format()?;
         }
         Ok(())
+    }
+
+    /// Whether a pass over the journal read all it needed. If not, the store still opens, so
+    /// that `doctor` and `--salvage` can run, and the format stays pending: the next open tries
+    /// the steps again, and a build of the older format refuses the half-upgraded store.
+    fn whole(&self, shared: &Shared, pass: &journal_texts::Pass) -> bool {
+        if !pass.whole {
+            log::warn!(
+                "[store] part of the decision journal of {} did not read; it stays as format {} \
+                 wrote it until the next open: run lessons doctor",
+                shared.dir.display(),
+                self.from
+            );
+        }
+        pass.whole
     }
 }
 
