@@ -139,23 +139,9 @@ fn a_format_3_store_with_a_damaged_entry_opens_for_doctor_and_stays_pending() {
     let dir = StoreDir::from_data("store-format-3");
     let app = scope("repo:acme/app");
     {
-        // One more entry, in another scope's journal, keyed as format 3 keyed every entry and
-        // with a value that does not decode (damage).
+        // Keyed as format 3 keyed every entry.
         let raw = dir.raw();
-        let journal = raw
-            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
-            .expect("decisions");
-        let key = journal
-            .first_key_value()
-            .expect("an entry")
-            .key()
-            .expect("read");
-        let nul = key.iter().position(|&b| b == 0).expect("scope, NUL");
-        let mut damaged = b"repo:acme/other".to_vec();
-        damaged.extend_from_slice(&key[nul..]);
-        journal
-            .insert(damaged, [1u8, 0xff, 0xff, 0xff])
-            .expect("damage");
+        damage_an_entry(&raw);
         raw.persist(fjall::PersistMode::SyncAll).expect("persist");
     }
     {
@@ -474,24 +460,30 @@ fn format_6_store(
     };
     meta.insert("format", format).expect("mark format 6");
     if how == Format6::Damaged {
-        let journal = raw
-            .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
-            .expect("decisions");
-        // An entry's key (scope, NUL, class, time, counter) moved to another scope.
-        let key = journal
-            .first_key_value()
-            .expect("an entry")
-            .key()
-            .expect("read");
-        let nul = key.iter().position(|&b| b == 0).expect("scope, NUL");
-        let mut damaged = b"repo:acme/other".to_vec();
-        damaged.extend_from_slice(&key[nul..]);
-        journal
-            .insert(damaged, [1u8, 0xff, 0xff, 0xff])
-            .expect("damage");
+        damage_an_entry(&raw);
     }
     raw.persist(fjall::PersistMode::SyncAll).expect("persist");
     (before, foreign)
+}
+
+/// Adds one journal entry to a closed store, in another scope's journal, keyed as the store's
+/// first entry is and with a value that does not decode (damage).
+fn damage_an_entry(raw: &fjall::Database) {
+    let journal = raw
+        .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
+        .expect("decisions");
+    // The first entry's key (scope, NUL, then the rest as its format keyed it), moved.
+    let key = journal
+        .first_key_value()
+        .expect("an entry")
+        .key()
+        .expect("read");
+    let nul = key.iter().position(|&b| b == 0).expect("scope, NUL");
+    let mut damaged = b"repo:acme/other".to_vec();
+    damaged.extend_from_slice(&key[nul..]);
+    journal
+        .insert(damaged, [1u8, 0xff, 0xff, 0xff])
+        .expect("damage");
 }
 
 #[test]
