@@ -434,23 +434,18 @@ impl DecisionJournal {
     /// batches; an entry already re-keyed is left, so an upgrade cut short is finished by the
     /// next. An entry whose value does not decode stays under its key (`Pass::whole`).
     pub(super) fn rekey(&self, group: &GroupCommit) -> Result<journal_texts::Pass> {
-        let mut pass = journal_texts::Pass {
-            changed: 0,
-            whole: true,
-        };
+        let mut pass = journal_texts::Pass::new();
         let mut batch = self.db.batch();
         let mut in_batch = 0;
         for g in self.db.snapshot().iter(&self.entries) {
-            let Ok((k, v)) = g.into_inner() else {
-                // A block that does not read: the entries past it are not reached either.
-                pass.whole = false;
+            // A block that does not read: the entries past it are not reached either.
+            let Some((k, v)) = pass.read(g.into_inner()) else {
                 break;
             };
             if !codec::may_need_rekey(&k) {
                 continue;
             }
-            let Ok(d) = codec::decode_decision(&v) else {
-                pass.whole = false;
+            let Some(d) = pass.read(codec::decode_decision(&v)) else {
                 continue;
             };
             let Some(key) = codec::current_decision_key(&k, &d) else {

@@ -71,6 +71,21 @@ pub(super) struct Pass {
     pub(super) whole: bool,
 }
 
+impl Pass {
+    pub(super) fn new() -> Pass {
+        Pass {
+            changed: 0,
+            whole: true,
+        }
+    }
+
+    /// What `read` read, or `None` with the pass no longer whole (the part that did not read
+    /// is left as it is).
+    pub(super) fn read<T, E>(&mut self, read: std::result::Result<T, E>) -> Option<T> {
+        read.map_err(|_| self.whole = false).ok()
+    }
+}
+
 /// Marks every entry a format 6 store wrote without its text, in durable batches: that format
 /// had no mark, so an entry is told by its shape and by its record, whose creation it must
 /// match (`codec::format6_written_with`; an entry imported without a text stays as it is). An
@@ -81,32 +96,24 @@ pub(super) fn mark_format6(
     records: &Records,
     group: &GroupCommit,
 ) -> Result<Pass> {
-    let mut pass = Pass {
-        changed: 0,
-        whole: true,
-    };
+    let mut pass = Pass::new();
     let mut batch = db.batch();
     let mut in_batch = 0;
     for g in db.snapshot().iter(entries) {
-        let Ok((k, v)) = g.into_inner() else {
-            // A block that does not read: the entries past it are not reached either.
-            pass.whole = false;
+        // A block that does not read: the entries past it are not reached either.
+        let Some((k, v)) = pass.read(g.into_inner()) else {
             break;
         };
-        let Ok(d) = codec::decode_decision(&v) else {
-            pass.whole = false;
+        let Some(d) = pass.read(codec::decode_decision(&v)) else {
             continue;
         };
         let Some(seq) = codec::format6_text_record(&v, &d) else {
             continue;
         };
-        let written = match records.load_any(&d.scope_key, seq) {
-            Ok(r) => r.is_some_and(|r| codec::format6_written_with(&d, &r)),
-            Err(_) => {
-                pass.whole = false;
-                false
-            }
-        };
+        let written = pass
+            .read(records.load_any(&d.scope_key, seq))
+            .flatten()
+            .is_some_and(|r| codec::format6_written_with(&d, &r));
         if !written {
             continue;
         }

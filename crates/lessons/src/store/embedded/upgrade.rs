@@ -107,11 +107,7 @@ impl Upgrade {
         }
         if self.decision_keys {
             let pass = shared.journal.rekey(&shared.group)?;
-            log::info!(
-                "[store] re-keyed {} decision-journal entries by their class",
-                pass.changed
-            );
-            if !self.whole(shared, &pass) {
+            if !self.finished(shared, &pass, "re-keyed by their class") {
                 return Ok(());
             }
         }
@@ -119,11 +115,11 @@ impl Upgrade {
             let pass = shared
                 .journal
                 .mark_format6(&shared.records, &shared.group)?;
-            log::info!(
-                "[store] marked {} decision-journal entries whose text is their record's",
-                pass.changed
-            );
-            if !self.whole(shared, &pass) {
+            if !self.finished(
+                shared,
+                &pass,
+                "marked as leaving their text to their record",
+            ) {
                 return Ok(());
             }
         }
@@ -134,10 +130,12 @@ impl Upgrade {
         Ok(())
     }
 
-    /// Whether a pass over the journal read all it needed. If not, the store still opens, so
-    /// that `doctor` and `--salvage` can run, and the format stays pending: the next open tries
-    /// the steps again, and a build of the older format refuses the half-upgraded store.
-    fn whole(&self, shared: &Shared, pass: &journal_texts::Pass) -> bool {
+    /// Logs what a pass over the journal `did` and answers whether it read all it needed. If
+    /// not, the store still opens, so that `doctor` and `--salvage` can run, and the format
+    /// stays pending: the next open tries the steps again, and a build of the older format
+    /// refuses the half-upgraded store.
+    fn finished(&self, shared: &Shared, pass: &journal_texts::Pass, did: &str) -> bool {
+        log::info!("[store] {} decision-journal entries {did}", pass.changed);
         if !pass.whole {
             log::warn!(
                 "[store] part of the decision journal of {} did not read; it stays as format {} \
