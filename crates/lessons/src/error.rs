@@ -15,7 +15,8 @@ pub enum ErrorKind {
     Storage,
     /// The keyword index (tantivy) failed.
     Index,
-    /// A value on disk has an unknown format version or does not decode.
+    /// A value on disk has a format version this build does not know (a newer build wrote
+    /// it), or a value could not be encoded.
     Format,
     /// A file could not be read or written.
     Io,

@@ -141,7 +141,7 @@ fn a_format_3_store_with_a_damaged_entry_opens_for_doctor_and_stays_pending() {
     {
         // Keyed as format 3 keyed every entry.
         let raw = dir.raw();
-        damage_an_entry(&raw);
+        damage_first_key(&raw, "decisions");
         raw.persist(fjall::PersistMode::SyncAll).expect("persist");
     }
     {
@@ -460,30 +460,24 @@ fn format_6_store(
     };
     meta.insert("format", format).expect("mark format 6");
     if how == Format6::Damaged {
-        damage_an_entry(&raw);
+        damage_first_key(&raw, "decisions");
     }
     raw.persist(fjall::PersistMode::SyncAll).expect("persist");
     (before, foreign)
 }
 
-/// Adds one journal entry to a closed store, in another scope's journal, keyed as the store's
-/// first entry is and with a value that does not decode (damage).
-fn damage_an_entry(raw: &fjall::Database) {
-    let journal = raw
-        .keyspace("decisions", fjall::KeyspaceCreateOptions::default)
-        .expect("decisions");
-    // The first entry's key (scope, NUL, then the rest as its format keyed it), moved.
-    let key = journal
-        .first_key_value()
-        .expect("an entry")
-        .key()
-        .expect("read");
+/// Adds to a closed store's `keyspace` one value that does not decode (damage that fjall's
+/// checksums cannot see: the bytes were written so), in another scope, keyed as the
+/// keyspace's first key is (scope, NUL, then the rest as its format keyed it).
+fn damage_first_key(raw: &fjall::Database, keyspace: &str) {
+    let ks = raw
+        .keyspace(keyspace, fjall::KeyspaceCreateOptions::default)
+        .expect("keyspace");
+    let key = ks.first_key_value().expect("a key").key().expect("read");
     let nul = key.iter().position(|&b| b == 0).expect("scope, NUL");
     let mut damaged = b"repo:acme/other".to_vec();
     damaged.extend_from_slice(&key[nul..]);
-    journal
-        .insert(damaged, [1u8, 0xff, 0xff, 0xff])
-        .expect("damage");
+    ks.insert(damaged, [1u8, 0xff, 0xff, 0xff]).expect("damage");
 }
 
 #[test]
@@ -621,4 +615,28 @@ fn an_export_of_a_long_journal_carries_each_entrys_text_from_its_record() {
         .filter(|d| d.event == lessons::DecisionEvent::Evicted)
         .count();
     assert_eq!(evicted, 1_150);
+}
+
+#[test]
+fn a_format_1_store_with_a_record_that_does_not_decode_is_refused_with_what_to_do() {
+    // Format 1 rebuilds its dedup keys, and (having no keyword index) the index, from every
+    // active record: one that does not decode stops the open. It must say what to do.
+    let dir = StoreDir::from_data("store-format-1");
+    // fjall's own open wants the lock file, which the fixture was stored without.
+    std::fs::write(dir.path().join("records/lock"), b"").expect("lock");
+    {
+        let raw = dir.raw();
+        damage_first_key(&raw, "active");
+        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    let err = dir.refused();
+    assert_eq!(err.kind(), lessons::ErrorKind::Damaged, "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("a record does not decode"), "{msg}");
+    assert!(msg.contains("doctor --salvage NEW_DIR"), "{msg}");
+    let (to, report) = dir.salvage("salvaged");
+    assert_eq!((report.copied, report.unreadable), (8, 1), "{report:?}");
+    let salvaged = EmbeddedStore::open(&to).expect("the salvaged store opens");
+    assert!(salvaged.check().expect("doctor").is_ok());
+    assert_eq!(all_records(&salvaged).len(), 8);
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use lessons::store::{EmbeddedStore, MemoryStore, WriteOptions};
+use lessons::store::{EmbeddedStore, ListQuery, MemoryStore, WriteOptions};
 use lessons::{ErrorKind, ScopeKey};
 
 use super::{
@@ -228,6 +228,60 @@ fn damage_to_the_decision_journal_is_found_by_doctor_and_refuses_writes() {
     drop(store);
     let (_, report) = dir.salvage("salvaged");
     assert_eq!(report.copied, 1, "{report:?}");
+}
+
+#[test]
+fn a_record_that_does_not_decode_fails_its_scopes_reads_with_what_to_do_and_no_other() {
+    let dir = StoreDir::new();
+    let (app, web) = (scope("repo:acme/app"), scope("repo:acme/web"));
+    dir.closed(|store| {
+        write_facts(store, &app, 0, 3);
+        write_facts(store, &web, 0, 3);
+    });
+    {
+        // The newest record of app rewritten with bytes that do not decode.
+        let raw = dir.raw();
+        let active = raw
+            .keyspace("active", fjall::KeyspaceCreateOptions::default)
+            .expect("active");
+        let key = active
+            .prefix(b"repo:acme/app\0")
+            .next_back()
+            .expect("a record of app")
+            .key()
+            .expect("read");
+        active.insert(key, [2u8, 0xff, 0xff]).expect("damage");
+        raw.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    let store = dir
+        .try_open()
+        .expect("the store opens: its bookkeeping and index agree");
+    let err = store
+        .list(&app, &ListQuery::window(10))
+        .expect_err("app's window holds the damaged record");
+    assert_eq!(err.kind(), ErrorKind::Damaged, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("a record does not decode") && msg.contains("doctor --salvage NEW_DIR"),
+        "{msg}"
+    );
+    assert_eq!(
+        store
+            .list(&web, &ListQuery::window(10))
+            .expect("web reads")
+            .len(),
+        3
+    );
+    // doctor lists the cause and gives the advice once.
+    let health = store.check().expect("doctor runs");
+    let found = health.unreadable.join("; ");
+    assert!(found.contains("records (active): 1 value(s)"), "{health:?}");
+    assert!(!found.contains("salvage"), "{found}");
+    let damage = health.damage.expect("recorded");
+    assert_eq!(damage.matches("doctor --salvage").count(), 1, "{damage}");
+    drop(store);
+    let (_, report) = dir.salvage("salvaged");
+    assert_eq!((report.copied, report.unreadable), (5, 1), "{report:?}");
 }
 
 #[test]

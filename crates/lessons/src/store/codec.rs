@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::decisions::{Decision, DecisionEvent};
 use crate::error::{Error, Result};
 use crate::model::{Kind, Record, ScopeKey, Status};
+use crate::store::engine::damaged;
 
 /// The store's layout version, in `meta` `format`. Version 1 kept one dedup key per record
 /// (`scope, 0, hash, seq`, found by a prefix scan); version 2 keeps one per normalized text,
@@ -78,12 +79,12 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8], what: &str) -> Result<T> {
     match bytes.split_first() {
         Some((&FORMAT_VERSION, body)) => {
-            postcard::from_bytes(body).map_err(|e| Error::format(format!("{what} does not decode: {e}")))
+            postcard::from_bytes(body).map_err(|e| damaged(format!("{what} does not decode: {e}")))
         }
         Some((v, _)) => Err(Error::format(format!(
             "{what} has format version {v}; this build reads version {FORMAT_VERSION} (upgrade lessons)"
         ))),
-        None => Err(Error::format(format!("{what} is empty"))),
+        None => Err(damaged(format!("{what} is empty"))),
     }
 }
 
@@ -170,14 +171,14 @@ pub fn decode_usage(bytes: &[u8]) -> Result<Usage> {
                 last_used_at: i64::from_be_bytes(word(at)),
             })
         }
-        Some((&USAGE_TAG, _)) => Err(Error::format(format!(
+        Some((&USAGE_TAG, _)) => Err(damaged(format!(
             "a usage entry is {} bytes, not 17",
             bytes.len()
         ))),
         Some((v, _)) => Err(Error::format(format!(
             "a usage entry starts with {v}, not the usage tag (upgrade lessons)"
         ))),
-        None => Err(Error::format("a usage entry is empty")),
+        None => Err(damaged("a usage entry is empty")),
     }
 }
 
@@ -445,12 +446,12 @@ pub fn mark_text_in_record(mut stored: Vec<u8>) -> Vec<u8> {
 fn decode_entry<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T> {
     match bytes.split_first() {
         Some((&(FORMAT_VERSION | DECISION_TEXT_IN_RECORD), body)) => postcard::from_bytes(body)
-            .map_err(|e| Error::format(format!("a journal entry does not decode: {e}"))),
+            .map_err(|e| damaged(format!("a journal entry does not decode: {e}"))),
         Some((v, _)) => Err(Error::format(format!(
             "a journal entry has format version {v}; this build reads versions \
              {FORMAT_VERSION} and {DECISION_TEXT_IN_RECORD} (upgrade lessons)"
         ))),
-        None => Err(Error::format("a journal entry is empty")),
+        None => Err(damaged("a journal entry is empty")),
     }
 }
 
@@ -501,7 +502,7 @@ fn status_from(b: u8) -> Result<Status> {
         2 => Status::Forgotten,
         3 => Status::Evicted,
         4 => Status::Swept,
-        other => return Err(Error::format(format!("unknown record status {other}"))),
+        other => return Err(damaged(format!("unknown record status {other}"))),
     })
 }
 
@@ -596,11 +597,11 @@ pub fn record_text(bytes: &[u8]) -> Result<&str> {
     match bytes.split_first() {
         Some((&RECORD_VERSION | &1, body)) => postcard::take_from_bytes::<Head<'_>>(body)
             .map(|(head, _)| head.text)
-            .map_err(|e| Error::format(format!("a record does not decode: {e}"))),
+            .map_err(|e| damaged(format!("a record does not decode: {e}"))),
         Some((v, _)) => Err(Error::format(format!(
             "a record has format version {v}; this build reads versions 1 and {RECORD_VERSION} (upgrade lessons)"
         ))),
-        None => Err(Error::format("a record is empty")),
+        None => Err(damaged("a record is empty")),
     }
 }
 
@@ -624,11 +625,11 @@ pub fn decode_record_text(bytes: &[u8]) -> Result<String> {
     match bytes.split_first() {
         Some((&(1 | RECORD_VERSION), body)) => postcard::from_bytes::<StoredText<'_>>(body)
             .map(|s| s.text.into_owned())
-            .map_err(|e| Error::format(format!("a record does not decode: {e}"))),
+            .map_err(|e| damaged(format!("a record does not decode: {e}"))),
         Some((v, _)) => Err(Error::format(format!(
             "a record has format version {v}; this build reads versions 1 and {RECORD_VERSION} (upgrade lessons)"
         ))),
-        None => Err(Error::format("a record is empty")),
+        None => Err(damaged("a record is empty")),
     }
 }
 
@@ -636,7 +637,7 @@ pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
     let (s, dedup_key) = match bytes.split_first() {
         Some((&RECORD_VERSION, body)) => {
             let s: StoredRecord<'_> = postcard::from_bytes(body)
-                .map_err(|e| Error::format(format!("a record does not decode: {e}")))?;
+                .map_err(|e| damaged(format!("a record does not decode: {e}")))?;
             (s.base, s.dedup_key)
         }
         Some((&1, _)) => (decode::<StoredRecordV1<'_>>(bytes, "a record")?, true),
@@ -645,7 +646,7 @@ pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
                 "a record has format version {v}; this build reads versions 1 and {RECORD_VERSION} (upgrade lessons)"
             )))
         }
-        None => return Err(Error::format("a record is empty")),
+        None => return Err(damaged("a record is empty")),
     };
     let scope = match known {
         Some(k) if k.as_str() == s.scope => k.clone(),
@@ -655,13 +656,12 @@ pub fn decode_record(bytes: &[u8], known: Option<&ScopeKey>) -> Result<Record> {
     let kind = match s.kind {
         0 => Kind::Fact,
         1 => Kind::Summary,
-        other => return Err(Error::format(format!("unknown record kind {other}"))),
+        other => return Err(damaged(format!("unknown record kind {other}"))),
     };
     let provenance = match s.provenance {
-        Some(p) => Some(
-            serde_json::from_str(&p)
-                .map_err(|e| Error::format(format!("stored provenance: {e}")))?,
-        ),
+        Some(p) => {
+            Some(serde_json::from_str(&p).map_err(|e| damaged(format!("stored provenance: {e}")))?)
+        }
         None => None,
     };
     Ok(Record {

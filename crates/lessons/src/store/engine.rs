@@ -15,13 +15,27 @@ pub(crate) fn storage(doing: impl fmt::Display, e: fjall::Error) -> Error {
     } else {
         ErrorKind::Storage
     };
-    let mut message = format!("{doing}: {}", describe_fjall(&e));
-    if kind == ErrorKind::Damaged {
-        message.push_str(
-            "; the store's files are damaged: run `lessons doctor --salvage NEW_DIR` to copy every readable record into a new store",
-        );
-    }
-    Error::new(kind, message).with_source(e)
+    let message = format!("{doing}: {}", describe_fjall(&e));
+    let error = match kind {
+        ErrorKind::Damaged => damaged(message),
+        _ => Error::new(kind, message),
+    };
+    error.with_source(e)
+}
+
+/// What a [`damaged`] error adds to its cause.
+const SALVAGE: &str = "; the store's files are damaged: run `lessons doctor --salvage NEW_DIR` to copy every readable record into a new store";
+
+/// A value or a file of the store that does not read as written (`what` says which), with
+/// what to do about it: a store never repairs damage in place, a salvage reads around it.
+pub(crate) fn damaged(what: impl fmt::Display) -> Error {
+    Error::new(ErrorKind::Damaged, format!("{what}{SALVAGE}"))
+}
+
+/// The cause alone of an error, without the advice [`damaged`] adds: for a report that lists
+/// causes and gives the advice once.
+pub(crate) fn cause(e: &Error) -> &str {
+    e.message().strip_suffix(SALVAGE).unwrap_or(e.message())
 }
 
 /// `storage` while `doing` something, as a closure for `map_err`.

@@ -77,11 +77,14 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     let mut found: BTreeMap<String, Record> = BTreeMap::new();
     let mut decisions: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
     let mut uses: BTreeMap<String, codec::Usage> = BTreeMap::new();
+    // The ids of the record values that read but did not decode (already counted unreadable).
+    let mut undecoded: BTreeSet<String> = BTreeSet::new();
     let format = match read_copy(
         &work_records,
         &mut found,
         &mut decisions,
         &mut uses,
+        &mut undecoded,
         &mut report,
         &witness,
     ) {
@@ -186,7 +189,12 @@ pub fn salvage(from: &Path, to: &Path) -> Result<SalvageReport> {
     for chunk in entries.chunks(1000) {
         report.decisions += dest.import_decisions(chunk)?;
     }
-    report.unreadable += report.lost.len() as u64;
+    // A lost id is unreadable once: its value may have been counted as one that did not decode.
+    report.unreadable += report
+        .lost
+        .iter()
+        .filter(|id| !undecoded.contains(*id))
+        .count() as u64;
     dest.close()?;
     std::fs::remove_dir_all(&work)
         .map_err(|e| Error::io(format!("removing {}", work.display()), e))?;
@@ -317,6 +325,17 @@ fn indexed_ids(index: &Path, work: &Path) -> BTreeSet<String> {
     }
 }
 
+/// The id of the record stored under `key` in the keyspace `name` (`active` or `retired`),
+/// from the key alone.
+fn record_id_of_key(name: &str, key: &[u8]) -> Option<String> {
+    let (scope, seq) = match name {
+        "active" => codec::active_key_parts(key)?,
+        _ => (codec::scope_bytes(key)?, codec::trailing_seq(key)?),
+    };
+    let scope = crate::model::ScopeKey::parse(std::str::from_utf8(scope).ok()?).ok()?;
+    Some(scope.record_id(seq))
+}
+
 /// Reads every record and decision fjall can read from the work copy, counting what it cannot.
 /// Returns the store's format, as its `meta` keyspace names it, if it reads.
 fn read_copy(
@@ -324,6 +343,7 @@ fn read_copy(
     found: &mut BTreeMap<String, Record>,
     decisions: &mut BTreeMap<Vec<u8>, Entry>,
     uses: &mut BTreeMap<String, codec::Usage>,
+    undecoded: &mut BTreeSet<String>,
     report: &mut SalvageReport,
     witness: &NextIds,
 ) -> Result<Option<Vec<u8>>> {
@@ -346,13 +366,16 @@ fn read_copy(
             .map_err(|e| crate::store::engine::storage(format!("opening keyspace {name}"), e))?;
         let mut failures = 0;
         for g in ks.iter() {
-            match g.value() {
-                Ok(v) => match codec::decode_record(&v, None) {
+            match g.into_inner() {
+                Ok((k, v)) => match codec::decode_record(&v, None) {
                     Ok(r) => {
                         report.from_tables += 1;
                         keep_later_state(found, r);
                     }
-                    Err(_) => report.unreadable += 1,
+                    Err(_) => {
+                        report.unreadable += 1;
+                        undecoded.extend(record_id_of_key(name, &k));
+                    }
                 },
                 Err(_) => {
                     failures += 1;

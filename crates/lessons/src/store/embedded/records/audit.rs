@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::{Kind, Record, ScopeKey, Status};
 use crate::store::codec::{self, ScopeMeta};
 use crate::store::counters::DayCounters;
-use crate::store::engine::{describe_fjall, st};
+use crate::store::engine::{cause, describe_fjall, st};
 
 /// What is wrong with a record's dedup key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,7 +142,7 @@ impl Records {
             let mut first: Option<String> = None;
             for g in snapshot.iter(ks) {
                 let failed = match g.into_inner() {
-                    Ok((_, v)) => decode(&v).err().map(|e| e.to_string()),
+                    Ok((_, v)) => decode(&v).err().map(|e| cause(&e).to_owned()),
                     Err(e) => Some(describe_fjall(&e)),
                 };
                 if let Some(reason) = failed {
