@@ -275,7 +275,12 @@ fn a_record_that_does_not_decode_fails_its_scopes_reads_with_what_to_do_and_no_o
     // doctor lists the cause and gives the advice once.
     let health = store.check().expect("doctor runs");
     let found = health.unreadable.join("; ");
-    assert!(found.contains("records (active): 1 value(s)"), "{health:?}");
+    assert!(
+        found.contains(
+            "records (active): 1 value(s), first: mem:repo:acme/app:0: a record does not decode"
+        ),
+        "the damaged record is named: {health:?}"
+    );
     assert!(!found.contains("salvage"), "{found}");
     let damage = health.damage.expect("recorded");
     assert_eq!(damage.matches("doctor --salvage").count(), 1, "{damage}");

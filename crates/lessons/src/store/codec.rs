@@ -192,6 +192,18 @@ pub fn active_key_parts(key: &[u8]) -> Option<(&[u8], u64)> {
     Some((scope, !trailing_seq(key)?))
 }
 
+/// The id of the record stored under `key` (a `retired` key, or an `active` one), read from
+/// the key alone: what names a record whose value does not decode.
+pub fn record_id_of_key(key: &[u8], retired: bool) -> Option<String> {
+    let (scope, seq) = if retired {
+        (scope_bytes(key)?, trailing_seq(key)?)
+    } else {
+        active_key_parts(key)?
+    };
+    let scope = ScopeKey::parse(std::str::from_utf8(scope).ok()?).ok()?;
+    Some(scope.record_id(seq))
+}
+
 pub fn retired_key(scope: &ScopeKey, seq: u64) -> Vec<u8> {
     let mut k = scope_prefix(scope.as_str(), 8);
     k.extend_from_slice(&seq.to_be_bytes());

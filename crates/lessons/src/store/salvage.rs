@@ -325,17 +325,6 @@ fn indexed_ids(index: &Path, work: &Path) -> BTreeSet<String> {
     }
 }
 
-/// The id of the record stored under `key` in the keyspace `name` (`active` or `retired`),
-/// from the key alone.
-fn record_id_of_key(name: &str, key: &[u8]) -> Option<String> {
-    let (scope, seq) = match name {
-        "active" => codec::active_key_parts(key)?,
-        _ => (codec::scope_bytes(key)?, codec::trailing_seq(key)?),
-    };
-    let scope = crate::model::ScopeKey::parse(std::str::from_utf8(scope).ok()?).ok()?;
-    Some(scope.record_id(seq))
-}
-
 /// Reads every record and decision fjall can read from the work copy, counting what it cannot.
 /// Returns the store's format, as its `meta` keyspace names it, if it reads.
 fn read_copy(
@@ -374,7 +363,7 @@ fn read_copy(
                     }
                     Err(_) => {
                         report.unreadable += 1;
-                        undecoded.extend(record_id_of_key(name, &k));
+                        undecoded.extend(codec::record_id_of_key(&k, name == "retired"));
                     }
                 },
                 Err(_) => {

@@ -142,7 +142,18 @@ impl Records {
             let mut first: Option<String> = None;
             for g in snapshot.iter(ks) {
                 let failed = match g.into_inner() {
-                    Ok((_, v)) => decode(&v).err().map(|e| cause(&e).to_owned()),
+                    Ok((k, v)) => decode(&v).err().map(|e| {
+                        // A record is named by its key, so the damaged scope can be found.
+                        let id = match name {
+                            "records (active)" => codec::record_id_of_key(&k, false),
+                            "records (retired)" => codec::record_id_of_key(&k, true),
+                            _ => None,
+                        };
+                        match id {
+                            Some(id) => format!("{id}: {}", cause(&e)),
+                            None => cause(&e).to_owned(),
+                        }
+                    }),
                     Err(e) => Some(describe_fjall(&e)),
                 };
                 if let Some(reason) = failed {
