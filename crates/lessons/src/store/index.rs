@@ -273,7 +273,14 @@ impl KeywordIndex {
     }
 
     /// Replaces the whole index with `docs` (every active record) and commits with `mark`.
-    pub fn rebuild(&self, docs: impl Iterator<Item = Result<IndexOp>>, mark: Mark) -> Result<()> {
+    /// The caller has nothing else staged. If a doc does not read, nothing of the rebuild stays
+    /// staged: the clearing and the docs before it would otherwise go out with the next
+    /// commit, and the index would answer for only part of the records until the next open.
+    pub fn rebuild(
+        &self,
+        mut docs: impl Iterator<Item = Result<IndexOp>>,
+        mark: Mark,
+    ) -> Result<()> {
         {
             let guard = self.writer.lock();
             guard
@@ -282,10 +289,27 @@ impl KeywordIndex {
                 .delete_all_documents()
                 .map_err(|e| index_err("clearing the index", e))?;
         }
-        for op in docs {
-            self.stage(&[op?])?;
+        if let Err(e) = docs.try_for_each(|op| self.stage(&[op?])) {
+            self.roll_back();
+            return Err(e);
         }
         self.commit(mark)
+    }
+
+    /// Drops everything staged since the last commit. A writer that cannot roll back is
+    /// released, so nothing staged can be committed after all (every later stage and commit
+    /// then fails, as after `finish`, and the next open replays the outbox).
+    fn roll_back(&self) {
+        let mut guard = self.writer.lock();
+        let Some(writer) = guard.as_mut() else {
+            return;
+        };
+        if let Err(e) = writer.rollback() {
+            log::warn!(
+                "[index] rolling back a rebuild that failed: {e}; the index writer is released"
+            );
+            *guard = None;
+        }
     }
 
     /// Lets the writer's background merges finish and releases it: dropping a writer kills

@@ -234,6 +234,44 @@ mod tests {
     }
 
     #[test]
+    fn a_rebuild_that_meets_a_record_that_does_not_decode_leaves_the_committed_index() {
+        let (_dir, store) = committing_every(1_600);
+        let s = &*store.shared;
+        let (a, c) = (
+            ScopeKey::parse("repo:acme/a").expect("scope"),
+            ScopeKey::parse("repo:acme/c").expect("scope"),
+        );
+        write_facts(&store, &[a.clone(), c.clone()], 10);
+        store.flush().expect("flush");
+        assert_eq!(s.index.num_docs(), 10);
+        // Damage between the two scopes' records: the rebuild has staged a's when it fails.
+        let b = ScopeKey::parse("repo:acme/b").expect("scope");
+        s.records
+            .keyspaces()
+            .active
+            .insert(
+                crate::store::codec::active_key(&b, crate::model::Kind::Fact, 0),
+                [2u8, 0xff, 0xff],
+            )
+            .expect("damage");
+        let err = super::rebuild(s).expect_err("a record does not decode");
+        assert_eq!(err.kind(), crate::error::ErrorKind::Damaged, "{err}");
+        // The next commit holds the next write, and nothing of the failed rebuild.
+        let fact = Candidate::fact("the seed runs after every migration", "slack:C1:2");
+        store
+            .write(&a, &[fact], &WriteOptions::default())
+            .expect("write");
+        store.flush().expect("flush");
+        assert_eq!(
+            s.index.num_docs(),
+            11,
+            "the committed index, and the write after it"
+        );
+        let found = store.retrieve(&c, "migration seed", 50).expect("retrieve");
+        assert_eq!(found.len(), 5, "c's records are still found");
+    }
+
+    #[test]
     fn a_failed_commit_is_retried_by_the_interval_not_at_once() {
         let (_dir, store) = committing_every(16);
         let s = &*store.shared;
