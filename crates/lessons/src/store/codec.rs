@@ -196,7 +196,12 @@ pub fn active_key_parts(key: &[u8]) -> Option<(&[u8], u64)> {
 /// the key alone: what names a record whose value does not decode.
 pub fn record_id_of_key(key: &[u8], retired: bool) -> Option<String> {
     let (scope, seq) = if retired {
-        (scope_bytes(key)?, trailing_seq(key)?)
+        // scope, NUL, then 8 bytes of seq.
+        let scope = scope_bytes(key)?;
+        if key.len() != scope.len() + 9 {
+            return None;
+        }
+        (scope, trailing_seq(key)?)
     } else {
         active_key_parts(key)?
     };

@@ -23,6 +23,9 @@ pub(in crate::store::embedded) enum NormProblem {
     Dangling,
 }
 
+/// How one keyspace's values decode.
+type Decode<'a> = dyn Fn(&[u8]) -> Result<()> + 'a;
+
 impl Records {
     /// Every stored active record from `snapshot`, handed to `visit` with whether it is stored
     /// as an active record under its own key (`None` for a record without a sequence number).
@@ -128,28 +131,25 @@ impl Records {
         let usage = |v: &[u8]| codec::decode_usage(v).map(drop);
         let any = |_: &[u8]| Ok(());
         for (name, ks) in self.ks.named() {
-            // How each keyspace's values decode (those of `norms` and `meta` are raw bytes).
-            let decode: &dyn Fn(&[u8]) -> Result<()> = match name {
-                "records (active)" | "records (retired)" => &record,
-                "the records' use" => &usage,
-                "the scopes' bookkeeping" => &meta,
-                "the day counters" => &day,
-                "the index outbox" => &outbox,
-                "the decision journal" => &decision,
-                _ => &any,
+            // How each keyspace's values decode (those of `norms` and `meta` are raw bytes), and
+            // whether its keys are records' (retired or active): a record is named by its key,
+            // so the damaged scope can be found.
+            let (decode, record_keys): (&Decode<'_>, Option<bool>) = match name {
+                "records (active)" => (&record, Some(false)),
+                "records (retired)" => (&record, Some(true)),
+                "the records' use" => (&usage, None),
+                "the scopes' bookkeeping" => (&meta, None),
+                "the day counters" => (&day, None),
+                "the index outbox" => (&outbox, None),
+                "the decision journal" => (&decision, None),
+                _ => (&any, None),
             };
             let mut failures = 0u64;
             let mut first: Option<String> = None;
             for g in snapshot.iter(ks) {
                 let failed = match g.into_inner() {
                     Ok((k, v)) => decode(&v).err().map(|e| {
-                        // A record is named by its key, so the damaged scope can be found.
-                        let id = match name {
-                            "records (active)" => codec::record_id_of_key(&k, false),
-                            "records (retired)" => codec::record_id_of_key(&k, true),
-                            _ => None,
-                        };
-                        match id {
+                        match record_keys.and_then(|retired| codec::record_id_of_key(&k, retired)) {
                             Some(id) => format!("{id}: {}", cause(&e)),
                             None => cause(&e).to_owned(),
                         }
