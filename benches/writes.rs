@@ -33,9 +33,11 @@
 //!    engine and load after a warm-up of a quarter of that at the same load: the achieved rate,
 //!    p50 / p99 / p99.9, p99 ÷ p50, and lessons' p99 ÷ SQLite's; beside them the disk's floor at
 //!    the same arrivals (a raw 4 KiB append and `fdatasync` each, by the same workers), the part
-//!    of the tail the disk itself adds, and lessons' p99 ÷ the floor's. Then what each kind of
-//!    lessons' threads wrote to the disk during each load, the phases of the slowest writes,
-//!    and how their workers spent them (`schedstat`).
+//!    of the tail the disk itself adds, and lessons' p99 ÷ the floor's; and a wake-up alone at
+//!    the same arrivals (the workers do nothing), the part the machine's timer and scheduler
+//!    add before any write starts. Then what each kind of lessons' threads wrote to the disk
+//!    during each load, the phases of the slowest writes, and how their workers spent them
+//!    (`schedstat`).
 //!
 //! Each row says how much CPU time the machine's hypervisor stole while it ran (`/proc/stat`):
 //! on a shared host the tail moves with it.
@@ -64,7 +66,7 @@ use lessons::internals::{last_write, WritePhases};
 use lessons::store::SyncTimes;
 use lessons::Clock;
 use lessons::{Candidate, EmbeddedStore, MemoryStore, ScopeKey, WriteOptions};
-use support::floor::{floor_beside, floor_open};
+use support::floor::{floor_beside, floor_open, wake_open};
 use support::phases::{
     drive_open, phase_table, sched_table, shares, Arrival, Call, Op, Sched, ThreadClock, SCHED_ROWS,
 };
@@ -613,8 +615,8 @@ fn open_loop(
     println!(
         "\nAn open loop: Poisson arrivals, {OPEN_WORKERS} workers, latency from the due time, {records_total} records, {seconds} s per engine and load\n"
     );
-    println!("| offered | lessons: achieved, p50 / p99 / p99.9 (p99 ÷ p50) | SQLite: the same | lessons' p99 ÷ SQLite's | the floor (4 KiB append + fdatasync) at this load | lessons' p99 ÷ the floor's | steal |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| offered | lessons: achieved, p50 / p99 / p99.9 (p99 ÷ p50) | SQLite: the same | lessons' p99 ÷ SQLite's | the floor (4 KiB append + fdatasync) at this load | lessons' p99 ÷ the floor's | a wake-up alone (no work) at this load | steal |");
+    println!("|---|---|---|---|---|---|---|---|");
     let half = (steady_rate / 2.0).round();
     let mut slowest = Vec::new();
     let mut written: Vec<String> = Vec::new();
@@ -661,6 +663,7 @@ fn open_loop(
         );
         let base_steal = steal.since();
         let floor = floor_open(dir, Arrivals::poisson(offered, phase, seed), OPEN_WORKERS);
+        let woken = wake_open(Arrivals::poisson(offered, phase, seed), OPEN_WORKERS);
         let (ours_tail, base) = (
             Tail::of(ours.iter().map(|w| w.0).collect()),
             Tail::of(base.iter().map(|w| w.0).collect()),
@@ -683,12 +686,13 @@ fn open_loop(
             format!("{offered:.0}/s")
         };
         println!(
-            "| {label} | {ours_rate:.0}/s, {} | {base_rate:.0}/s, {} | {:.2}× | {} | {:.2}× | {ours_steal} / {base_steal} |",
+            "| {label} | {ours_rate:.0}/s, {} | {base_rate:.0}/s, {} | {:.2}× | {} | {:.2}× | {} | {ours_steal} / {base_steal} |",
             ours.row(),
             base.row(),
             ours.p99.as_secs_f64() / base.p99.as_secs_f64(),
             floor.row(),
-            ours.p99.as_secs_f64() / floor.p99.as_secs_f64()
+            ours.p99.as_secs_f64() / floor.p99.as_secs_f64(),
+            woken.row()
         );
     }
 

@@ -1,6 +1,7 @@
 //! The disk's floor: a raw 4 KiB append and `fdatasync` of one file, the least a durable write
 //! costs on the disk measured. Alone, beside threads that only keep the CPU busy, and at an
-//! open loop's arrivals.
+//! open loop's arrivals; and the machine's own floor at those arrivals, a worker's wake-up
+//! with no work at all.
 
 use std::io::Write;
 use std::path::Path;
@@ -54,6 +55,17 @@ pub fn floor_open(dir: &Path, arrivals: Arrivals, workers: usize) -> Tail {
     let (_, writes) = drive_open(workers, arrivals, 1, op);
     std::fs::remove_file(path).expect("remove");
     Tail::of(writes.iter().map(|w| w.0).collect())
+}
+
+/// The machine's floor at an open loop's load: each arrival does nothing, so what is timed
+/// from its due time is only how late a sleeping worker wakes (the timer, the scheduler, and
+/// on a virtual machine a halted virtual CPU's wake-up). Every write of the open loop starts
+/// with this wake-up, the floor's and both engines' alike: its tail is the part of theirs no
+/// store and no disk removes.
+pub fn wake_open(arrivals: Arrivals, workers: usize) -> Tail {
+    let op: Op = Arc::new(|_: &mut Rng, _: usize| None);
+    let (_, woken) = drive_open(workers, arrivals, 1, op);
+    Tail::of(woken.iter().map(|w| w.0).collect())
 }
 
 fn timed_appends(dir: &Path, n: usize) -> (Duration, Duration) {
